@@ -1,0 +1,294 @@
+"""Callbacks and plugins: pruning, cudnn flags, throughput, atomic checkpoints, sparsity counting.
+
+* Where is ``torch.backends.cudnn.enabled`` set?  :class:`CudnnFlags` (``benchmark`` and ``deterministic``
+  are Lightning's own Trainer flags).
+* Where are pruned weights counted?  :func:`sparsity` -- from the weights themselves, never from a
+  callback's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelPruning
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from torch import nn
+from torch.nn.utils import prune
+
+from project.errors import require
+
+log = logging.getLogger(__name__)
+
+LAYER_TYPES: dict[str, type[nn.Module]] = {"Conv2d": nn.Conv2d, "Linear": nn.Linear}
+
+
+def sparsity(pairs: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
+    """Fraction of exact zeros, per named tensor and over all of them (key ``"global"``).
+
+    Args:
+        pairs: ``(name, tensor)``; each tensor counted once even if listed twice.
+
+    Returns:
+        ``{name: zeros / numel, ..., "global": total zeros / total numel}``, fractions in [0, 1].
+    """
+    out: dict[str, float] = {}
+    zeros = total = 0
+    seen: set[int] = set()
+    for name, t in pairs:
+        z, n = int((t == 0).sum()), t.numel()
+        out[name] = z / n if n else 0.0
+        if id(t) not in seen:
+            seen.add(id(t))
+            zeros, total = zeros + z, total + n
+    out["global"] = zeros / total if total else 0.0
+    return out
+
+
+def nonzero_params(module: nn.Module) -> int:
+    """Number of non-zero parameter elements; a pruned tensor counts through its effective ``orig * mask``."""
+    count = 0
+    for sub in module.modules():
+        for name, p in sub.named_parameters(recurse=False):
+            base = name.removesuffix("_orig")
+            mask = getattr(sub, f"{base}_mask", None) if name.endswith("_orig") else None
+            count += int(((p * mask) if mask is not None else p).count_nonzero())
+    return count
+
+
+class Pruning(ModelPruning):
+    """Magnitude (or random) pruning on a schedule, resumable; a subclass of Lightning's ``ModelPruning``.
+
+    The masks come from ``torch.nn.utils.prune`` through ``ModelPruning``. What this class adds:
+
+    * a schedule from scalars: pruning happens at the **start** of each epoch from ``start_epoch`` to
+      ``end_epoch`` (default: ``start_epoch`` only), the total pruned fraction growing linearly to
+      ``amount`` at ``end_epoch``. Pruning at the start of an epoch means that epoch's validation and
+      checkpoint already see the pruned weights;
+    * resumable masks: Lightning's ``ModelPruning`` keeps no state, so a resumed run used to lose its
+      masks and the zeros filled back in. The masks are saved in the checkpoint's callback state and
+      re-applied when fit resumes, before the optimizer state is restored;
+    * ``sparsity/global`` and ``sparsity/<layer>`` logged each epoch, counted from the weights;
+    * only real ``nn.Parameter`` attributes of the chosen layer types are pruned (a ``weight`` that
+      is a bool, a buffer or ``None`` is skipped).
+
+    Checkpoint ``state_dict``s hold the plain, mask-applied weights (``make_pruning_permanent``), so every
+    checkpoint loads with ``ImageClassifier.load_from_checkpoint`` and strictly into an unpruned net.
+
+    Args:
+        method: ``"l1_unstructured"`` (recipe default), ``"random_unstructured"`` or ``"ln_structured"``.
+        amount: final fraction of the selected weights set to zero, in [0, 1).
+        start_epoch: first epoch (0-based) at whose start pruning is applied.
+        end_epoch: last pruning epoch; ``None`` prunes once at ``start_epoch``.
+        global_pruning: rank all selected tensors together (unstructured methods only) instead of per layer.
+        layers: module class names whose parameters are pruned.
+        parameter_names: which parameters of those layers (``weight``, ``bias``).
+        n: norm order for ``ln_structured``.
+        dim: dimension along which ``ln_structured`` removes slices (0 = output channels).
+        make_pruning_permanent: remove the masks at the end of fit, leaving zeros in plain weights.
+        lottery_ticket: reset the unpruned weights to their initial values after each pruning step
+            (Frankle & Carbin 2019); off, as in the recipe.
+        verbose: Lightning's ``ModelPruning`` verbosity (0, 1 or 2).
+
+    Raises:
+        ConfigError: ``amount`` outside [0, 1), ``end_epoch < start_epoch``, unknown layer type, or global
+            pruning with a structured method.
+    """
+
+    def __init__(
+        self,
+        method: Literal["l1_unstructured", "random_unstructured", "ln_structured"] = "l1_unstructured",
+        amount: float = 0.5,
+        start_epoch: int = 0,
+        end_epoch: int | None = None,
+        global_pruning: bool = True,
+        layers: list[str] | None = None,
+        parameter_names: list[str] | None = None,
+        n: int = 1,
+        dim: int = 0,
+        make_pruning_permanent: bool = True,
+        lottery_ticket: bool = False,
+        verbose: int = 0,
+    ) -> None:
+        require(0 <= amount < 1, "pruning amount", f"must be in [0, 1), got {amount}")
+        require(start_epoch >= 0, "pruning start_epoch", f"must be >= 0, got {start_epoch}")
+        end_epoch = start_epoch if end_epoch is None else end_epoch
+        require(end_epoch >= start_epoch, "pruning end_epoch", f"({end_epoch}) must be >= start_epoch ({start_epoch})")
+        layers = layers or ["Conv2d", "Linear"]
+        bad = [name for name in layers if name not in LAYER_TYPES]
+        require(not bad, "pruning layers", f"unknown {bad}; choose from {sorted(LAYER_TYPES)}")
+        structured = method == "ln_structured"
+        require(
+            not (structured and global_pruning),
+            "pruning global_pruning",
+            "ln_structured prunes per layer; set global_pruning: false",
+        )
+        super().__init__(
+            pruning_fn=method,
+            parameter_names=parameter_names or ["weight"],
+            use_global_unstructured=global_pruning,
+            amount=self._step_amount,
+            make_pruning_permanent=make_pruning_permanent,
+            use_lottery_ticket_hypothesis=lottery_ticket,
+            pruning_dim=dim if structured else None,
+            pruning_norm=n if structured else None,
+            verbose=verbose,
+        )
+        self.method, self.target, self.start_epoch, self.end_epoch = method, amount, start_epoch, end_epoch
+        self.layer_types = tuple(LAYER_TYPES[name] for name in layers)
+        self._names: dict[int, str] = {}
+        self._pending_masks: dict[str, torch.Tensor] | None = None
+
+    # -- schedule ------------------------------------------------------------------------------
+    def target_at(self, epoch: int) -> float:
+        """Total pruned fraction the schedule asks for once ``epoch`` has started."""
+        if epoch < self.start_epoch:
+            return 0.0
+        steps = self.end_epoch - self.start_epoch + 1
+        return self.target * min(epoch - self.start_epoch + 1, steps) / steps
+
+    def _step_amount(self, epoch: int) -> float:
+        # torch.nn.utils.prune applies a float amount to the weights still unpruned, hence the ratio.
+        if not self.start_epoch <= epoch <= self.end_epoch:
+            return 0.0
+        before, after = self.target_at(epoch - 1), self.target_at(epoch)
+        return (after - before) / (1 - before)
+
+    # -- which tensors -------------------------------------------------------------------------
+    def filter_parameters_to_prune(self, parameters_to_prune: Any = ()) -> list[tuple[nn.Module, str]]:
+        return [
+            (m, name)
+            for m, name in parameters_to_prune
+            if isinstance(m, self.layer_types) and isinstance(getattr(m, name, None), nn.Parameter)
+        ]
+
+    def named_targets(self) -> list[tuple[str, torch.Tensor]]:
+        """``(layer.param, effective tensor)`` for each pruned tensor (``orig * mask`` while masks are on)."""
+        return [(f"{self._names[id(m)]}.{name}", getattr(m, name).detach()) for m, name in self._parameters_to_prune]
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        super().setup(trainer, pl_module, stage)
+        self._names = {id(m): name for name, m in pl_module.named_modules()}
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._run_pruning(trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning prunes here; we prune at the start of the epoch instead, and only report.
+        stats = sparsity(self.named_targets())
+        pl_module.log_dict({f"sparsity/{k}": v for k, v in stats.items()}, on_epoch=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        masks = {
+            f"{self._names[id(m)]}.{name}": getattr(m, f"{name}_mask").detach().cpu()
+            for m, name in self._parameters_to_prune
+            if hasattr(m, f"{name}_mask")
+        }
+        return {"masks": masks}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending_masks = state_dict.get("masks") or None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Runs after the optimizer was built over the plain parameters and before its state is restored,
+        # exactly as in an uninterrupted run, where pruning renames ``weight`` to ``weight_orig`` in place.
+        if not self._pending_masks:
+            return
+        targets = {f"{self._names[id(m)]}.{name}": (m, name) for m, name in self._parameters_to_prune}
+        for key, mask in self._pending_masks.items():
+            module, name = targets[key]
+            prune.custom_from_mask(module, name, mask.to(getattr(module, name).device))
+        log.info("restored %d pruning masks from the checkpoint", len(self._pending_masks))
+        self._pending_masks = None
+
+
+class CudnnFlags(Callback):
+    """Sets ``torch.backends.cudnn.enabled`` for the run (recipe A sets it explicitly); restores it after.
+
+    ``None`` leaves the process-wide flag as it is. ``cudnn.benchmark`` and ``cudnn.deterministic`` are
+    Lightning's ``trainer.benchmark`` / ``trainer.deterministic`` (Lightning leaves ``benchmark`` untouched
+    when it is not set).
+    """
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = enabled
+        self._previous: bool | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.enabled is not None:
+            self._previous = torch.backends.cudnn.enabled
+            torch.backends.cudnn.enabled = self.enabled
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._previous is not None:
+            torch.backends.cudnn.enabled = self._previous
+            self._previous = None
+
+    @staticmethod
+    def in_effect() -> dict[str, bool]:
+        """The cudnn flags as they are now: ``cudnn_enabled``, ``cudnn_benchmark``, ``deterministic``."""
+        return {
+            "cudnn_enabled": bool(torch.backends.cudnn.enabled),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "deterministic": bool(torch.are_deterministic_algorithms_enabled()),
+        }
+
+
+class Throughput(Callback):
+    """Times the training steps of each epoch (data loading included, validation excluded).
+
+    Logs ``train/epoch_time_s`` (seconds) and ``train/samples_per_s`` (all ranks together) each epoch,
+    and keeps ``epoch_time_s`` / ``samples_per_s`` lists for ``results.json``. Also records the cudnn
+    flags in effect during training in ``flags``.
+    """
+
+    def __init__(self) -> None:
+        self.epoch_time_s: list[float] = []
+        self.samples_per_s: list[float] = []
+        self.flags: dict[str, bool] = {}
+        self._t0 = self._t_last = 0.0
+        self._samples = 0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.flags = CudnnFlags.in_effect()
+        self._t0 = self._t_last = time.perf_counter()
+        self._samples = 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._samples += len(batch[1])
+        self._t_last = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._samples:
+            return
+        seconds = self._t_last - self._t0
+        rate = self._samples * trainer.world_size / seconds
+        self.epoch_time_s.append(seconds)
+        self.samples_per_s.append(rate)
+        pl_module.log_dict({"train/epoch_time_s": seconds, "train/samples_per_s": rate}, on_epoch=True)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``TorchCheckpointIO``, writing to a temporary file and renaming it into place.
+
+    A run killed mid-save (e.g. SIGKILL) leaves the previous complete checkpoint, never a truncated one.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            super().save_checkpoint(checkpoint, tmp, storage_options)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()

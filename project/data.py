@@ -1,0 +1,553 @@
+"""LightningDataModules for MNIST, Fashion-MNIST and CIFAR-10 on torchvision's dataset classes.
+
+Where the data comes from (``prepare_data``, run once per node):
+
+* files already extracted under ``data_dir`` (torchvision's layout: ``<data_dir>/MNIST/raw``,
+  ``<data_dir>/FashionMNIST/raw``, ``<data_dir>/cifar-10-batches-py``) are verified and used;
+* else ``source_dir``: a folder holding the original archives as published (``train-images-idx3-ubyte.gz``
+  and friends; ``cifar-10-python.tar.gz``) is imported without network access, each archive checked
+  against the md5 sums torchvision publishes;
+* else ``download: true``: torchvision's own download (with its md5 checks).
+
+Every extracted file is then checked: MNIST-family IDX files by size (from their header) and md5,
+CIFAR-10 batches by the md5 sums torchvision lists. torchvision itself checks MNIST files only at
+download time, so a truncated file would otherwise load silently.
+
+``setup`` splits the official training set into train/val with a seeded ``torch.Generator`` (the
+same split on every rank and every call); the official test set stays the test set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import logging
+import math
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+import lightning as L
+import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torchvision import datasets
+from torchvision import transforms as T
+
+from project.errors import ConfigError, DataError, require
+
+log = logging.getLogger(__name__)
+
+# md5 of the *extracted* IDX files. torchvision publishes md5 sums of the .gz archives only; these
+# let us verify extracted files and accept archives that were re-compressed (e.g. by a distribution
+# package) but hold the published bytes.
+RAW_MD5: dict[str, dict[str, str]] = {
+    "MNIST": {
+        "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
+        "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+        "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+        "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
+    },
+    "FashionMNIST": {
+        "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+        "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+        "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+        "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
+    },
+}
+
+_FIX = "delete it and run again with data.download: true, or set data.source_dir to a folder holding the original archives"
+
+
+def md5sum(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex md5 of a file, read in 1 MiB chunks."""
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_idx_size(path: Path) -> None:
+    """Check that an IDX file (LeCun's MNIST format) is as long as its header says.
+
+    Raises:
+        DataError: the file is shorter or longer than ``header + prod(dims) * itemsize`` bytes.
+    """
+    itemsize = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(4)
+        if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in itemsize:
+            raise DataError(f"{path} is not an IDX file (bad magic number); {_FIX}")
+        ndim = head[3]
+        dims_raw = f.read(4 * ndim)
+    if len(dims_raw) < 4 * ndim:
+        raise DataError(f"{path} is truncated ({size} bytes, header incomplete); {_FIX}")
+    dims = [int.from_bytes(dims_raw[4 * i : 4 * i + 4], "big") for i in range(ndim)]
+    expected = 4 + 4 * ndim + math.prod(dims) * itemsize[head[2]]
+    if size != expected:
+        raise DataError(f"{path} is truncated or corrupt ({size} bytes, its header says {expected}); {_FIX}")
+
+
+def _atomic_copy_stream(src: io.BufferedIOBase, dst: Path) -> None:
+    """Write ``src`` to ``dst`` through a temporary file in the same folder and an atomic rename."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+class EpochBatches:
+    """Batches of a uint8 image tensor kept in memory (RAM, or GPU memory when training on a GPU).
+
+    The whole split is decoded once into ``images`` (N, C, H, W) uint8 and ``targets`` (N,) int64 on
+    one device. The order of each epoch comes from ``sampler`` -- a ``DistributedSampler`` (fresh
+    permutation from ``seed + epoch``, every sample once per epoch, each DDP rank its own shard) or,
+    for evaluation, Lightning's ``UnrepeatedDistributedSampler``. Lightning calls
+    ``sampler.set_epoch`` each epoch as it does for a DataLoader. Batches are converted to float,
+    normalized and -- if ``augment`` -- randomly cropped (4-pixel zero padding) and flipped with
+    batched tensor ops: no per-sample Python and no worker processes.
+
+    Yields:
+        ``(x, y)``: x float32 (B, C, H, W) normalized, y int64 (B,), on ``images.device``.
+    """
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        sampler: DistributedSampler,
+        batch_size: int,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+        augment: bool = False,
+        drop_last: bool = False,
+    ) -> None:
+        self.images, self.targets, self.sampler = images, targets, sampler
+        self.batch_size, self.augment, self.drop_last = batch_size, augment, drop_last
+        shape = (1, -1, 1, 1)
+        # Normalize uint8 values directly: (x / 255 - mean) / std == (x - 255 mean) / (255 std).
+        self.mean = torch.tensor(mean, device=images.device).view(shape) * 255
+        self.std = torch.tensor(std, device=images.device).view(shape) * 255
+
+    def __len__(self) -> int:
+        m = len(self.sampler)
+        return m // self.batch_size if self.drop_last else math.ceil(m / self.batch_size)
+
+    @staticmethod
+    def random_crop_flip(x: torch.Tensor, padding: int = 4) -> torch.Tensor:
+        """torchvision's ``RandomCrop(size, padding)`` + ``RandomHorizontalFlip()`` for a whole batch.
+
+        Args:
+            x: images (N, C, H, W), any dtype; padding is zeros, as torchvision pads the uint8 image.
+
+        Returns:
+            Tensor of the same shape and dtype, each image cropped at its own random offset and flipped
+            left-right with probability 0.5.
+        """
+        n, c, h, w = x.shape
+        dev = x.device
+        padded = torch.nn.functional.pad(x, (padding,) * 4)
+        dy = torch.randint(0, 2 * padding + 1, (n, 1), device=dev)
+        dx = torch.randint(0, 2 * padding + 1, (n, 1), device=dev)
+        rows = (dy + torch.arange(h, device=dev))[:, None, :, None]
+        cols = (dx + torch.arange(w, device=dev))[:, None, None, :]
+        batch = torch.arange(n, device=dev)[:, None, None, None]
+        chan = torch.arange(c, device=dev)[None, :, None, None]
+        out = padded[batch, chan, rows, cols]
+        flip = torch.rand(n, device=dev) < 0.5
+        return torch.where(flip[:, None, None, None], out.flip(3), out)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        idx = torch.tensor(list(self.sampler), dtype=torch.int64).to(self.images.device, non_blocking=True)
+        stop = len(idx) - len(idx) % self.batch_size if self.drop_last else len(idx)
+        for start in range(0, stop, self.batch_size):
+            b = idx[start : start + self.batch_size]
+            x = self.images[b]
+            if self.augment:
+                x = self.random_crop_flip(x)
+            yield (x.float() - self.mean) / self.std, self.targets[b]
+
+
+class VisionDataModule(L.LightningDataModule):
+    """Common logic of the three data modules; use a subclass.
+
+    Args:
+        data_dir: where extracted data lives (torchvision's layout); created if missing.
+        source_dir: folder with the original published archives to import offline (md5-checked); optional.
+        download: let torchvision download missing files (needs network access).
+        batch_size: samples per batch (per process under DDP).
+        num_workers: DataLoader worker processes (torchvision path only).
+        pin_memory: DataLoader ``pin_memory`` (useful when training on a GPU).
+        persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).
+        val_size: images taken from the official training set for validation (seeded split).
+        seed: seed of the train/val split and of the per-epoch shuffling order.
+        in_memory: decode the split once into a uint8 tensor (N, C, H, W) on the training device and batch it
+            with tensor ops (:class:`EpochBatches`) instead of a per-sample torchvision DataLoader.
+
+    Training loaders drop the last partial batch when ``torch.backends.cudnn.benchmark`` is on (set by
+    ``trainer.benchmark``), so every step has the same input shape and cudnn autotunes once.
+
+    Raises:
+        ConfigError: a bad value (``batch_size < 1``, ``val_size`` not smaller than the training set, ...).
+        DataError: data missing, truncated or failing md5, or a failed download.
+    """
+
+    dataset_cls: ClassVar[type[datasets.VisionDataset]]
+    mean: ClassVar[tuple[float, ...]]
+    std: ClassVar[tuple[float, ...]]
+    input_shape: ClassVar[tuple[int, int, int]]
+    num_classes: ClassVar[int] = 10
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        source_dir: str | None = None,
+        download: bool = True,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        val_size: int = 5000,
+        seed: int = 42,
+        in_memory: bool = False,
+    ) -> None:
+        super().__init__()
+        require(batch_size >= 1, "data.batch_size", f"must be >= 1, got {batch_size}")
+        require(num_workers >= 0, "data.num_workers", f"must be >= 0, got {num_workers}")
+        require(val_size >= 0, "data.val_size", f"must be >= 0, got {val_size}")
+        if source_dir is not None:
+            require(Path(source_dir).is_dir(), "data.source_dir", f"{source_dir} is not a folder")
+        self.save_hyperparameters()
+        self.data_dir = Path(data_dir)
+        self.source_dir = Path(source_dir) if source_dir else None
+        self.train_set: Dataset | None = None
+        self.split: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    # -- files ---------------------------------------------------------------------------------
+    def expected_files(self) -> list[Path]:
+        """The extracted files torchvision reads, under ``data_dir``."""
+        raise NotImplementedError
+
+    def archive_names(self) -> list[str]:
+        """File names of the original archives that ``source_dir`` must hold."""
+        raise NotImplementedError
+
+    def verify(self, md5: bool = True) -> None:
+        """Check every extracted file exists and is intact (size always, md5 when ``md5``).
+
+        Raises:
+            DataError: naming the first missing or bad file and how to fix it.
+        """
+        raise NotImplementedError
+
+    def import_archives(self) -> None:
+        """Extract the archives in ``source_dir`` into ``data_dir`` after checking their md5."""
+        raise NotImplementedError
+
+    def prepare_data(self) -> None:
+        """Make sure intact files are under ``data_dir``: import from ``source_dir`` or download if missing."""
+        if not all(p.exists() for p in self.expected_files()):
+            if self.source_dir is not None:
+                self.import_archives()
+            elif self.hparams.download:
+                self._download()
+            else:
+                missing = [str(p) for p in self.expected_files() if not p.exists()]
+                raise DataError(
+                    f"{self.dataset_cls.__name__} data not found: missing {', '.join(missing)}. "
+                    f"Set data.download: true, or data.source_dir to a folder holding {', '.join(self.archive_names())}"
+                )
+        self.verify(md5=True)
+
+    def _download(self) -> None:
+        name = self.dataset_cls.__name__
+        out = io.StringIO()
+        try:
+            # torchvision prints one line per mirror tried; keep them for the error message only.
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                for train in (True, False):
+                    self.dataset_cls(str(self.data_dir), train=train, download=True)
+        except Exception as e:
+            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise DataError(
+                f"downloading {name} failed ({first}). Expected files: {', '.join(self.archive_names())}. "
+                f"Without network access, put those original archives in a folder and set data.source_dir to it"
+            ) from None
+
+    # -- datasets ------------------------------------------------------------------------------
+    def make_dataset(self, train: bool, transform: Any) -> datasets.VisionDataset:
+        return self.dataset_cls(str(self.data_dir), train=train, transform=transform, download=False)
+
+    def eval_transform(self) -> Any:
+        return T.Compose([T.ToTensor(), T.Normalize(self.mean, self.std)])
+
+    def train_transform(self) -> Any:
+        return self.eval_transform()
+
+    @staticmethod
+    def as_tensors(ds: datasets.VisionDataset) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole data set as uint8 images (N, C, H, W) and int64 targets (N,), both on CPU."""
+        data = torch.as_tensor(ds.data)
+        images = data.unsqueeze(1) if data.ndim == 3 else data.permute(0, 3, 1, 2)
+        return images.contiguous(), torch.as_tensor(ds.targets, dtype=torch.int64)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the datasets and the seeded train/val split (idempotent; cheap file checks only)."""
+        if self.train_set is not None:
+            return
+        self.verify(md5=False)
+        try:
+            self.train_set = self.make_dataset(True, self.train_transform())
+            self.val_set = self.make_dataset(True, self.eval_transform())
+            self.test_set = self.make_dataset(False, self.eval_transform())
+        except (RuntimeError, ValueError, OSError) as e:
+            raise DataError(f"could not load {self.dataset_cls.__name__} from {self.data_dir}: {e}; {_FIX}") from None
+        n = len(self.train_set)
+        val_size = self.hparams.val_size
+        if val_size >= n:
+            raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} training images")
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
+        self.split = (perm[val_size:], perm[:val_size])
+
+    # -- loaders -------------------------------------------------------------------------------
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
+    def _device(self) -> torch.device:
+        trainer = self.trainer
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+    def _memory_batches(self, stage: str) -> EpochBatches:
+        if "train" not in self._tensors:
+            device = self._device()
+            images, targets = self.as_tensors(self.train_set)
+            train_idx, val_idx = self.split
+            self._tensors["train"] = (images[train_idx].to(device), targets[train_idx].to(device))
+            self._tensors["val"] = (images[val_idx].to(device), targets[val_idx].to(device))
+            images, targets = self.as_tensors(self.test_set)
+            self._tensors["test"] = (images.to(device), targets.to(device))
+        images, targets = self._tensors[stage]
+        train = stage == "train"
+        return EpochBatches(
+            images,
+            targets,
+            self._sampler(range(len(targets)), train),
+            batch_size=self.hparams.batch_size,
+            mean=self.mean,
+            std=self.std,
+            augment=train and self.augments(),
+            drop_last=train and torch.backends.cudnn.benchmark,
+        )
+
+    def augments(self) -> bool:
+        """Whether training batches are augmented (CIFAR-10 with ``augment: true`` only)."""
+        return False
+
+    def _loader(self, dataset: Dataset, sampler: Any, drop_last: bool = False) -> DataLoader:
+        hp = self.hparams
+        return DataLoader(
+            dataset,
+            batch_size=hp.batch_size,
+            sampler=sampler,
+            drop_last=drop_last,
+            num_workers=hp.num_workers,
+            pin_memory=hp.pin_memory,
+            persistent_workers=hp.persistent_workers and hp.num_workers > 0,
+        )
+
+    def _sampler(self, dataset: Any, train: bool) -> DistributedSampler:
+        world, rank = self._world()
+        if train:
+            # A DistributedSampler even for one process: the order depends only on (seed, epoch), so a
+            # resumed run sees the same batches as an uninterrupted one, and DDP ranks shard one permutation.
+            return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=self.hparams.seed)
+        # No padding under DDP, so evaluation metrics count every sample exactly once.
+        return UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
+
+    def train_dataloader(self) -> Any:
+        """Shuffled training batches ``(x, y)``: x float32 (B, C, H, W) normalized, y int64 (B,)."""
+        self.setup("fit")
+        if self.hparams.in_memory:
+            return self._memory_batches("train")
+        subset = Subset(self.train_set, self.split[0].tolist())
+        return self._loader(subset, self._sampler(subset, True), drop_last=torch.backends.cudnn.benchmark)
+
+    def _eval_loader(self, stage: str) -> Any:
+        if self.hparams.in_memory:
+            return self._memory_batches(stage)
+        dataset = Subset(self.val_set, self.split[1].tolist()) if stage == "val" else self.test_set
+        return self._loader(dataset, self._sampler(dataset, False))
+
+    def val_dataloader(self) -> Any:
+        """Validation batches (never augmented), same format as training."""
+        self.setup("fit")
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> Any:
+        """Official test-set batches (never augmented), same format as training."""
+        self.setup("test")
+        return self._eval_loader("test")
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.dataset_cls.classes)
+
+
+class _MNISTFamily(VisionDataModule):
+    input_shape = (1, 28, 28)
+
+    @property
+    def raw_folder(self) -> Path:
+        return self.data_dir / self.dataset_cls.__name__ / "raw"
+
+    def raw_md5(self) -> dict[str, str]:
+        return RAW_MD5[self.dataset_cls.__name__]
+
+    def expected_files(self) -> list[Path]:
+        return [self.raw_folder / name for name in self.raw_md5()]
+
+    def archive_names(self) -> list[str]:
+        return [name for name, _ in self.dataset_cls.resources]
+
+    def verify(self, md5: bool = True) -> None:
+        for path, expected in zip(self.expected_files(), self.raw_md5().values()):
+            if not path.exists():
+                raise DataError(f"{path} is missing; {_FIX}")
+            check_idx_size(path)
+            if md5 and (got := md5sum(path)) != expected:
+                raise DataError(f"{path} fails its md5 check (got {got}, expected {expected}); {_FIX}")
+
+    def import_archives(self) -> None:
+        src = self.source_dir
+        missing = [name for name in self.archive_names() if not (src / name).is_file()]
+        if missing:
+            raise DataError(
+                f"data.source_dir {src} lacks {', '.join(missing)}; it must hold the original archives "
+                f"{', '.join(self.archive_names())}"
+            )
+        raw_md5 = self.raw_md5()
+        for name, archive_md5 in self.dataset_cls.resources:
+            archive, target = src / name, self.raw_folder / name.removesuffix(".gz")
+            archive_ok = md5sum(archive) == archive_md5
+            try:
+                with gzip.open(archive, "rb") as f:
+                    _atomic_copy_stream(f, target)
+            except (OSError, EOFError, gzip.BadGzipFile) as e:
+                raise DataError(f"{archive} is not a valid gzip archive ({e}); replace it with the original file") from None
+            if not archive_ok:
+                got = md5sum(target)
+                if got != raw_md5[target.name]:
+                    target.unlink()
+                    raise DataError(
+                        f"{archive} fails its md5 check (archive md5 {md5sum(archive)}, expected {archive_md5}; "
+                        f"content md5 {got}, expected {raw_md5[target.name]}); replace it with the original file"
+                    )
+                log.info("%s is a re-compressed copy; its content matches the published md5", archive)
+
+
+class MNISTDataModule(_MNISTFamily):
+    """MNIST digits (LeCun et al.): 60,000 train / 10,000 test images, 1x28x28 uint8, 10 classes.
+
+    Normalization: mean 0.1307, std 0.3081 (the PyTorch MNIST example's values). See
+    :class:`VisionDataModule` for the arguments and errors.
+    """
+
+    dataset_cls = datasets.MNIST
+    mean, std = (0.1307,), (0.3081,)
+
+
+class FashionMNISTDataModule(_MNISTFamily):
+    """Fashion-MNIST (Xiao et al. 2017): 60,000 train / 10,000 test images, 1x28x28 uint8, 10 classes.
+
+    Normalization: mean 0.2860, std 0.3530 (computed over the training set). See
+    :class:`VisionDataModule` for the arguments and errors.
+    """
+
+    dataset_cls = datasets.FashionMNIST
+    mean, std = (0.2860,), (0.3530,)
+
+
+class CIFAR10DataModule(VisionDataModule):
+    """CIFAR-10 (Krizhevsky 2009): 50,000 train / 10,000 test images, 3x32x32 uint8, 10 classes.
+
+    Normalization: the usual per-channel training-set mean (0.4914, 0.4822, 0.4465) and std
+    (0.2470, 0.2435, 0.2616). ``augment: true`` adds the standard training augmentation: random crop
+    with 4-pixel zero padding and horizontal flip; validation and test batches are never augmented.
+    See :class:`VisionDataModule` for the other arguments and errors.
+    """
+
+    dataset_cls = datasets.CIFAR10
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    input_shape = (3, 32, 32)
+
+    def __init__(self, *args: Any, augment: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.save_hyperparameters()
+
+    def augments(self) -> bool:
+        return bool(self.hparams.augment)
+
+    def train_transform(self) -> Any:
+        if not self.hparams.augment:
+            return self.eval_transform()
+        return T.Compose(
+            [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(self.mean, self.std)]
+        )
+
+    @property
+    def base_folder(self) -> Path:
+        return self.data_dir / self.dataset_cls.base_folder
+
+    def _file_md5s(self) -> list[tuple[str, str]]:
+        cls = self.dataset_cls
+        return [tuple(x) for x in cls.train_list + cls.test_list] + [(cls.meta["filename"], cls.meta["md5"])]
+
+    def expected_files(self) -> list[Path]:
+        return [self.base_folder / name for name, _ in self._file_md5s()]
+
+    def archive_names(self) -> list[str]:
+        return [self.dataset_cls.filename]
+
+    def verify(self, md5: bool = True) -> None:
+        # torchvision's CIFAR10 checks these md5 sums on every load; we check first to name the bad file.
+        for name, expected in self._file_md5s():
+            path = self.base_folder / name
+            if not path.exists():
+                raise DataError(f"{path} is missing; {_FIX}")
+            if (got := md5sum(path)) != expected:
+                raise DataError(f"{path} fails its md5 check (got {got}, expected {expected}); {_FIX}")
+
+    def import_archives(self) -> None:
+        archive = self.source_dir / self.dataset_cls.filename
+        if not archive.is_file():
+            raise DataError(f"data.source_dir {self.source_dir} lacks {archive.name} (the original CIFAR-10 python archive)")
+        if (got := md5sum(archive)) != self.dataset_cls.tgz_md5:
+            raise DataError(
+                f"{archive} fails its md5 check (got {got}, expected {self.dataset_cls.tgz_md5}); "
+                "replace it with the original file"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.data_dir, prefix=".extract-") as tmp:
+            try:
+                with tarfile.open(archive, "r:gz") as tar:
+                    tar.extractall(tmp, filter="data")
+            except (tarfile.TarError, OSError, EOFError) as e:
+                raise DataError(f"{archive} could not be extracted ({e}); replace it with the original file") from None
+            if self.base_folder.exists():
+                shutil.rmtree(self.base_folder)
+            os.replace(Path(tmp) / self.dataset_cls.base_folder, self.base_folder)
