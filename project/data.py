@@ -136,6 +136,7 @@ class EpochBatches:
         drop_last: bool = False,
     ) -> None:
         self.images, self.targets, self.sampler = images, targets, sampler
+        self.batch_sampler = None  # DataLoader-like attributes that Lightning's loops look for
         self.batch_size, self.augment, self.drop_last = batch_size, augment, drop_last
         shape = (1, -1, 1, 1)
         # Normalize uint8 values directly: (x / 255 - mean) / std == (x - 255 mean) / (255 std).
@@ -314,7 +315,7 @@ class VisionDataModule(L.LightningDataModule):
             self.train_set = self.make_dataset(True, self.train_transform())
             self.val_set = self.make_dataset(True, self.eval_transform())
             self.test_set = self.make_dataset(False, self.eval_transform())
-        except (RuntimeError, ValueError, OSError) as e:
+        except Exception as e:  # a file that passed the checks above but still does not parse
             raise DataError(f"could not load {self.dataset_cls.__name__} from {self.data_dir}: {e}; {_FIX}") from None
         n = len(self.train_set)
         val_size = self.hparams.val_size

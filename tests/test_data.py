@@ -1,0 +1,218 @@
+import gzip
+import math
+
+import pytest
+import torch
+
+from project.data import CIFAR10DataModule, EpochBatches, FashionMNISTDataModule, MNISTDataModule
+from project.errors import ConfigError, DataError
+
+
+def make(cls, paths, **kw):
+    return cls(data_dir=str(paths["data"]), source_dir=str(paths["source"]), **kw)
+
+
+@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule])
+def test_mnist_family_imports_archives_and_splits(cls, tiny_mnist):
+    dm = make(cls, tiny_mnist, val_size=100, batch_size=32)
+    dm.prepare_data()
+    raw = tiny_mnist["data"] / cls.dataset_cls.__name__ / "raw"
+    assert sorted(p.name for p in raw.iterdir()) == sorted(
+        ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    )
+    dm.setup("fit")
+    train_idx, val_idx = dm.split
+    assert (len(train_idx), len(val_idx), len(dm.test_set)) == (500, 100, 100)
+    assert not set(train_idx.tolist()) & set(val_idx.tolist())
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (32, 1, 28, 28) and x.dtype == torch.float32
+    assert y.shape == (32,) and y.dtype == torch.int64
+    assert len(dm.test_dataloader().dataset) == 100
+
+
+def test_split_is_seeded_and_setup_idempotent(tiny_mnist):
+    a = make(MNISTDataModule, tiny_mnist, val_size=100)
+    a.prepare_data()
+    a.setup("fit")
+    first = [t.clone() for t in a.split]
+    a.setup("test")
+    assert all(torch.equal(x, y) for x, y in zip(first, a.split))
+    b = make(MNISTDataModule, tiny_mnist, val_size=100)
+    b.setup("fit")
+    assert all(torch.equal(x, y) for x, y in zip(first, b.split))
+    c = make(MNISTDataModule, tiny_mnist, val_size=100, seed=1)
+    c.setup("fit")
+    assert not torch.equal(first[1], c.split[1])
+
+
+def test_normalization_uses_standard_stats(tiny_mnist):
+    dm = make(MNISTDataModule, tiny_mnist, val_size=100)
+    dm.prepare_data()
+    dm.setup("fit")
+    x, _ = dm.test_set[0]
+    raw = dm.test_set.data[0].float() / 255
+    assert torch.allclose(x[0], (raw - 0.1307) / 0.3081, atol=1e-6)
+
+
+def test_missing_archive_in_source_dir_is_named(tiny_mnist):
+    (tiny_mnist["source"] / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte.gz"):
+        make(MNISTDataModule, tiny_mnist).prepare_data()
+
+
+def test_bit_flipped_archive_is_rejected_by_md5(tiny_mnist):
+    path = tiny_mnist["source"] / "train-images-idx3-ubyte.gz"
+    raw = bytearray(gzip.decompress(path.read_bytes()))
+    raw[-1] ^= 0xFF  # same size, one pixel changed, re-compressed into a valid gzip
+    path.write_bytes(gzip.compress(bytes(raw), mtime=0))
+    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz fails its md5"):
+        make(MNISTDataModule, tiny_mnist).prepare_data()
+    assert not (tiny_mnist["data"] / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
+
+
+def test_recompressed_archive_with_original_content_is_accepted(tiny_mnist):
+    path = tiny_mnist["source"] / "train-labels-idx1-ubyte.gz"
+    path.write_bytes(gzip.compress(gzip.decompress(path.read_bytes()), compresslevel=1, mtime=12345))
+    make(MNISTDataModule, tiny_mnist).prepare_data()
+
+
+@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule])
+def test_truncated_extracted_file_is_caught(cls, tiny_mnist):
+    dm = make(cls, tiny_mnist)
+    dm.prepare_data()
+    path = tiny_mnist["data"] / cls.dataset_cls.__name__ / "raw" / "train-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:-100])
+    for check in (dm.prepare_data, lambda: make(cls, tiny_mnist).setup("fit")):
+        with pytest.raises(DataError, match=r"train-images-idx3-ubyte is truncated.*source_dir"):
+            check()
+
+
+def test_same_size_corruption_of_extracted_file_fails_md5(tiny_mnist):
+    dm = make(MNISTDataModule, tiny_mnist)
+    dm.prepare_data()
+    path = tiny_mnist["data"] / "MNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    raw = bytearray(path.read_bytes())
+    raw[-1] = (raw[-1] + 1) % 10
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte fails its md5"):
+        dm.prepare_data()
+
+
+def test_no_data_and_no_download_says_how_to_fix(tmp_path):
+    with pytest.raises(DataError, match=r"data.download: true, or data.source_dir"):
+        MNISTDataModule(data_dir=str(tmp_path), download=False).prepare_data()
+
+
+def test_offline_download_fails_with_one_clear_message(tmp_path, monkeypatch):
+    import torchvision
+
+    # A closed local port stands in for "no network" without depending on this machine's firewall.
+    monkeypatch.setattr(torchvision.datasets.MNIST, "mirrors", ["http://127.0.0.1:9/a/", "http://127.0.0.1:9/b/"])
+    with pytest.raises(DataError) as info:
+        MNISTDataModule(data_dir=str(tmp_path), download=True).prepare_data()
+    msg = str(info.value)
+    assert "downloading MNIST failed" in msg and "train-images-idx3-ubyte.gz" in msg and "data.source_dir" in msg
+    assert "\n" not in msg
+
+
+def test_bad_values_are_config_errors(tiny_mnist):
+    with pytest.raises(ConfigError, match="data.batch_size"):
+        MNISTDataModule(batch_size=0)
+    dm = make(MNISTDataModule, tiny_mnist, val_size=600)
+    dm.prepare_data()
+    with pytest.raises(ConfigError, match=r"data.val_size: 600 must be smaller than the 600 training images"):
+        dm.setup("fit")
+
+
+def test_cifar10_imports_loads_and_augments(tiny_cifar):
+    dm = make(CIFAR10DataModule, tiny_cifar, val_size=50, batch_size=16, augment=True)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert (len(dm.split[0]), len(dm.split[1]), len(dm.test_set)) == (450, 50, 100)
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (16, 3, 32, 32) and y.shape == (16,)
+    # validation is never augmented: identical on every read
+    v1, v2 = dm.val_set[int(dm.split[1][0])][0], dm.val_set[int(dm.split[1][0])][0]
+    assert torch.equal(v1, v2)
+    img = torch.as_tensor(dm.test_set.data[0]).permute(2, 0, 1).float() / 255
+    mean, std = torch.tensor(dm.mean)[:, None, None], torch.tensor(dm.std)[:, None, None]
+    assert torch.allclose(dm.test_set[0][0], (img - mean) / std, atol=1e-6)
+
+
+def test_cifar10_truncated_batch_is_named(tiny_cifar):
+    dm = make(CIFAR10DataModule, tiny_cifar)
+    dm.prepare_data()
+    path = tiny_cifar["data"] / "cifar-10-batches-py" / "data_batch_3"
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(DataError, match=r"data_batch_3 fails its md5.*source_dir"):
+        make(CIFAR10DataModule, tiny_cifar).setup("fit")
+
+
+def test_cifar10_bit_flipped_archive_is_rejected(tiny_cifar):
+    path = tiny_cifar["source"] / "cifar-10-python.tar.gz"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="cifar-10-python.tar.gz fails its md5"):
+        make(CIFAR10DataModule, tiny_cifar).prepare_data()
+
+
+# -- the in-memory path ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [MNISTDataModule, CIFAR10DataModule])
+def test_in_memory_batches_equal_the_torchvision_path(cls, tiny_mnist, tiny_cifar):
+    paths = tiny_mnist if cls is MNISTDataModule else tiny_cifar
+    fast = make(cls, paths, val_size=50, batch_size=20, in_memory=True)
+    slow = make(cls, paths, val_size=50, batch_size=20)
+    fast.prepare_data()
+    for stage in ("train_dataloader", "val_dataloader", "test_dataloader"):
+        a, b = getattr(fast, stage)(), getattr(slow, stage)()
+        assert len(a) == len(b)
+        for (xa, ya), (xb, yb) in zip(a, b):
+            assert torch.equal(ya, yb)
+            assert torch.allclose(xa, xb, atol=1e-5)
+
+
+def test_in_memory_epochs_cover_every_sample_once_with_fresh_order(tiny_mnist):
+    dm = make(MNISTDataModule, tiny_mnist, val_size=100, batch_size=64, in_memory=True)
+    dm.prepare_data()
+    loader = dm.train_dataloader()
+    orders = []
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        idx = list(loader.sampler)
+        assert sorted(idx) == list(range(500))
+        orders.append(idx)
+        assert sum(len(y) for _, y in loader) == 500
+    assert orders[0] != orders[1]
+
+
+def test_in_memory_ddp_shards_are_disjoint_and_cover_the_split(tiny_mnist):
+    from torch.utils.data import DistributedSampler
+
+    images, targets = torch.zeros(10, 1, 2, 2, dtype=torch.uint8), torch.arange(10)
+    seen = []
+    for rank in range(2):
+        s = DistributedSampler(range(10), num_replicas=2, rank=rank, shuffle=True, seed=3)
+        s.set_epoch(1)
+        batches = EpochBatches(images, targets, s, batch_size=4, mean=(0.0,), std=(1.0,))
+        ys = torch.cat([y for _, y in batches]).tolist()
+        assert len(ys) == 5
+        seen.append(set(ys))
+    assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(10))
+
+
+def test_random_crop_flip_shapes_and_bounds():
+    x = torch.randint(1, 256, (64, 3, 32, 32), dtype=torch.uint8)
+    out = EpochBatches.random_crop_flip(x)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    # every output pixel is an input pixel of the same image and channel, or zero padding
+    assert int(out.max()) <= 255
+    for i in range(8):
+        assert set(out[i, 0].unique().tolist()) <= set(x[i, 0].unique().tolist()) | {0}
+    # offsets are uniform in [-4, 4] per axis: the expected share of padding pixels is
+    # 1 - (1 - E|d|/32)^2 with E|d| = 20/9, i.e. 0.134 (inputs have no zeros of their own)
+    x = torch.randint(1, 256, (512, 3, 32, 32), dtype=torch.uint8)
+    share = float((EpochBatches.random_crop_flip(x) == 0).float().mean())
+    assert math.isclose(share, 1 - (1 - 20 / 9 / 32) ** 2, abs_tol=0.02)
