@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -61,7 +62,7 @@ class FitCLI(LightningCLI):
             args=args,
             seed_everything_default=42,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False, "description": __doc__.splitlines()[0]},
+            parser_kwargs={"exit_on_error": False, "allow_abbrev": False, "description": __doc__.splitlines()[0]},
             auto_configure_optimizers=False,
         )
 
@@ -104,6 +105,7 @@ class FitCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         trainer.callbacks.append(Throughput())
         requested = str(self.config.trainer.precision)
+        requested = trainer.precision if requested == "None" else requested
         if requested != trainer.precision and trainer.is_global_zero:
             log.warning(
                 "precision %r is not supported on %s; training with %r (recorded in results.json)",
@@ -226,14 +228,46 @@ def print_summary(results: dict[str, Any]) -> None:
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows), flush=True)
 
 
+_GENERIC = ("Expected a <class 'NoneType'>", "Not a valid subclass", "a class path", "a dict ")
+
+
+def explain_parse_error(message: str) -> str:
+    """Boil jsonargparse's multi-line type error down to one line: the key, the value, what was expected.
+
+    A ``ConfigError`` raised while a class was instantiated (e.g. ``data.batch_size: must be >= 1``) is
+    passed through as it is.
+    """
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    errors = [line[2:] for line in lines if line.startswith("- ")]
+    specific = [e for e in errors if not e.startswith(_GENERIC) and not e.startswith("Expected a ")]
+    if specific:
+        return specific[0]
+    key = re.search(r'Parser key "([^"]+)"', message)
+    given = re.search(r"(?:Given|Got) value: (.*)", message)
+    single = re.search(r"Expected a (.*?)\. Got value", message)
+    if single:
+        errors = [f"Expected a {single.group(1)}"]
+    expected = [e.removeprefix("Expected a ") for e in errors if e.startswith("Expected a ") and not e.startswith(_GENERIC)]
+    expected = [re.sub(r"<class '(\w+)'>", r"\1", e).replace("typing.Literal", "one of ") for e in expected]
+    if key and given:
+        return f"{key.group(1)}: invalid value {given.group(1)!r}; expected {' or '.join(expected) or 'another type'}"
+    return lines[0] if lines else message
+
+
 def main(args: list[str] | None = None) -> int:
     """Entry point of ``python -m project.fit``; returns the exit status (0 ok, 1 bad data/run, 2 bad config)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    # Lightning advertises a cloud logger on every start; this project logs to TensorBoard.
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
     try:
-        fit(FitCLI(args))
-    except ArgumentError as e:
-        print(f"error: {str(e).strip().splitlines()[0]} (see --help)", file=sys.stderr)
+        cli = FitCLI(args)
+    except (ArgumentError, ValueError) as e:
+        if not isinstance(e, (ArgumentError, ConfigError)) and "Does not validate" not in str(e):
+            raise
+        print(f"error: {explain_parse_error(str(e))} (see --help)", file=sys.stderr)
         return 2
+    try:
+        fit(cli)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
