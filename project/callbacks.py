@@ -263,7 +263,9 @@ class Throughput(Callback):
         self._t0 = self._t_last = time.perf_counter()
         self._samples = 0
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._samples += len(batch[1])
         self._t_last = time.perf_counter()
 

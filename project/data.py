@@ -29,8 +29,9 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -61,7 +62,9 @@ RAW_MD5: dict[str, dict[str, str]] = {
     },
 }
 
-_FIX = "delete it and run again with data.download: true, or set data.source_dir to a folder holding the original archives"
+_FIX = (
+    "delete it and run again with data.download: true, or set data.source_dir to a folder holding the original archives"
+)
 
 
 def md5sum(path: Path, chunk: int = 1 << 20) -> str:
@@ -449,7 +452,9 @@ class _MNISTFamily(VisionDataModule):
                 with gzip.open(archive, "rb") as f:
                     _atomic_copy_stream(f, target)
             except (OSError, EOFError, gzip.BadGzipFile) as e:
-                raise DataError(f"{archive} is not a valid gzip archive ({e}); replace it with the original file") from None
+                raise DataError(
+                    f"{archive} is not a valid gzip archive ({e}); replace it with the original file"
+                ) from None
             if not archive_ok:
                 got = md5sum(target)
                 if got != raw_md5[target.name]:
@@ -536,7 +541,9 @@ class CIFAR10DataModule(VisionDataModule):
     def import_archives(self) -> None:
         archive = self.source_dir / self.dataset_cls.filename
         if not archive.is_file():
-            raise DataError(f"data.source_dir {self.source_dir} lacks {archive.name} (the original CIFAR-10 python archive)")
+            raise DataError(
+                f"data.source_dir {self.source_dir} lacks {archive.name} (the original CIFAR-10 python archive)"
+            )
         if (got := md5sum(archive)) != self.dataset_cls.tgz_md5:
             raise DataError(
                 f"{archive} fails its md5 check (got {got}, expected {self.dataset_cls.tgz_md5}); "

@@ -120,7 +120,9 @@ def check_checkpoint(path: str) -> None:
     """Raise :class:`ConfigError` unless ``path`` is a Lightning checkpoint file."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"ckpt_path: {path} does not exist; point it at a .ckpt file, e.g. <run>/checkpoints/last.ckpt")
+        raise ConfigError(
+            f"ckpt_path: {path} does not exist; point it at a .ckpt file, e.g. <run>/checkpoints/last.ckpt"
+        )
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=False)
     except Exception as e:
@@ -131,6 +133,10 @@ def check_checkpoint(path: str) -> None:
 
 def _callback(trainer: L.Trainer, cls: type) -> Any:
     return next((c for c in trainer.callbacks if isinstance(c, cls)), None)
+
+
+def _abs(path: str) -> str | None:
+    return str(Path(path).resolve()) if path else None
 
 
 def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
@@ -152,7 +158,7 @@ def fit(cli: LightningCLI) -> dict[str, Any]:
             no checkpoint in it is removed first.
     """
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
-    log_dir = Path(trainer.log_dir) if trainer.logger else None
+    log_dir = Path(trainer.log_dir).resolve() if trainer.logger else None
     existed = log_dir is not None and log_dir.exists()
     try:
         trainer.fit(model, datamodule=data, ckpt_path=cli.config.ckpt_path)
@@ -189,9 +195,9 @@ def fit(cli: LightningCLI) -> dict[str, Any]:
         "compile": bool(model.hparams.compile),
         "test_samples": int(model.test_confusion.sum()),
         "confusion_matrix": model.test_confusion.tolist(),
-        "best_ckpt": best or None,
-        "last_ckpt": ckpt_cb.last_model_path or None if ckpt_cb else None,
-        "test_ckpt": best if test_ckpt else "final weights",
+        "best_ckpt": _abs(best),
+        "last_ckpt": _abs(ckpt_cb.last_model_path if ckpt_cb else ""),
+        "test_ckpt": _abs(best) if test_ckpt else "final weights",
         "log_dir": str(log_dir) if log_dir else None,
         "world_size": trainer.world_size,
         "accelerator": type(trainer.accelerator).__name__,
@@ -247,7 +253,9 @@ def explain_parse_error(message: str) -> str:
     single = re.search(r"Expected a (.*?)\. Got value", message)
     if single:
         errors = [f"Expected a {single.group(1)}"]
-    expected = [e.removeprefix("Expected a ") for e in errors if e.startswith("Expected a ") and not e.startswith(_GENERIC)]
+    expected = [
+        e.removeprefix("Expected a ") for e in errors if e.startswith("Expected a ") and not e.startswith(_GENERIC)
+    ]
     expected = [re.sub(r"<class '(\w+)'>", r"\1", e).replace("typing.Literal", "one of ") for e in expected]
     if key and given:
         return f"{key.group(1)}: invalid value {given.group(1)!r}; expected {' or '.join(expected) or 'another type'}"

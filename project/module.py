@@ -140,7 +140,9 @@ class ImageClassifier(L.LightningModule):
         hp = self.hparams
         params = self.parameters()
         if hp.optimizer == "sgd":
-            opt = torch.optim.SGD(params, lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov, weight_decay=hp.weight_decay)
+            opt = torch.optim.SGD(
+                params, lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov, weight_decay=hp.weight_decay
+            )
         elif hp.optimizer == "adam":
             opt = torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay)
         else:

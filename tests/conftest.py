@@ -87,8 +87,9 @@ def tiny_cifar(tmp_path, monkeypatch):
         payload = pickle.dumps({"batch_label": name, "labels": labels.tolist(), "data": data})
         (folder / name).write_bytes(payload)
         files[name] = md5(payload)
-    meta = pickle.dumps({"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                                         "ship", "truck"]})
+    meta = pickle.dumps(
+        {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]}
+    )
     (folder / "batches.meta").write_bytes(meta)
     source = root / "source"
     source.mkdir()

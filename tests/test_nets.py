@@ -25,7 +25,12 @@ def test_output_shapes(cls, shape):
 
 def test_layers_are_the_recipes():
     net = SimpleCNN()
-    assert (net.conv1.in_channels, net.conv1.out_channels, net.conv1.kernel_size, net.conv1.padding) == (3, 16, (3, 3), (1, 1))
+    assert (net.conv1.in_channels, net.conv1.out_channels, net.conv1.kernel_size, net.conv1.padding) == (
+        3,
+        16,
+        (3, 3),
+        (1, 1),
+    )
     assert (net.conv2.out_channels, net.fc.in_features) == (32, 32 * 32 * 32)
     lenet = LeNet()
     assert (lenet.conv1.out_channels, lenet.conv1.kernel_size, lenet.conv2.out_channels) == (20, (5, 5), 50)

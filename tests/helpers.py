@@ -1,0 +1,50 @@
+"""Helpers to run ``python -m project.fit`` from tests, in-process or as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from project.fit import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_args(paths: dict, logs: Path, *extra: str, name: str = "tiny") -> list[str]:
+    """CLI arguments for a quick LeNet run on the tiny MNIST fixture (500 train / 100 val / 100 test)."""
+    return [
+        "--data", "project.data.MNISTDataModule",
+        "--data.data_dir", str(paths["data"]),
+        "--data.source_dir", str(paths["source"]),
+        "--data.val_size", "100",
+        "--data.batch_size", "50",
+        "--trainer.max_epochs", "1",
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false",
+        "--trainer.logger.init_args.save_dir", str(logs),
+        "--trainer.logger.init_args.name", name,
+        *extra,
+    ]  # fmt: skip
+
+
+def run_main(args: list[str]) -> int:
+    return main(args)
+
+
+def run_module(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``python -m project.fit ARGS`` in ``cwd``; returns the completed process (text output)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "project.fit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def run_dirs(logs: Path) -> list[Path]:
+    return sorted(p for p in logs.glob("*/version_*") if p.is_dir())

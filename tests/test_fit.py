@@ -1,0 +1,129 @@
+"""End-to-end tests of ``python -m project.fit``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import REPO, results, run_dirs, run_main, run_module, tiny_args
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from project.module import ImageClassifier
+from project.nets import LeNet
+
+RESULT_KEYS = {
+    "test_acc", "test_loss", "best_val_acc", "epochs", "global_step", "train_samples_per_s", "epoch_time_s",
+    "params", "nonzero_params", "precision", "best_ckpt", "log_dir", "sparsity", "cudnn_enabled",
+    "cudnn_benchmark", "deterministic", "channels_last", "compile", "test_samples",
+}  # fmt: skip
+
+
+def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
+    """The README's main command, shortened: real data, 2 epochs of 60 steps, full test set."""
+    proc = run_module(
+        [
+            "--config", str(REPO / "configs/fashion_mnist.yaml"),
+            "--data.data_dir", str(fashion_data),
+            "--data.num_workers", "0",
+            "--trainer.max_epochs", "2",
+            "--trainer.limit_train_batches", "60",
+            "--trainer.limit_val_batches", "20",
+        ],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "logs")
+    assert run.parent.name == "fashion_mnist"
+    r = results(run)
+    assert RESULT_KEYS <= set(r)
+    assert r["test_acc"] > 0.6  # chance is 0.1
+    assert r["test_samples"] == 10_000 and sum(map(sum, r["confusion_matrix"])) == 10_000
+    assert (r["epochs"], r["global_step"]) == (2, 120)
+    assert r["params"] == r["nonzero_params"] == 431_080
+    assert r["precision"] == "32-true" and r["sparsity"] == 0.0
+    assert len(r["epoch_time_s"]) == 2 and all(t > 0 for t in r["epoch_time_s"])
+    assert r["train_samples_per_s"] > 0
+    assert 0 < r["best_val_acc"] <= 1
+    ckpts = {p.name for p in (run / "checkpoints").iterdir()}
+    assert "last.ckpt" in ckpts and len(ckpts) == 2
+    assert (run / "config.yaml").is_file() and (run / "hparams.yaml").is_file()
+    assert "test acc" in proc.stdout and "results.json" in proc.stdout
+
+    # the best checkpoint reloads and its weights fit a plain LeNet strictly
+    model = ImageClassifier.load_from_checkpoint(r["best_ckpt"], map_location="cpu")
+    net = LeNet()
+    net.load_state_dict({k.removeprefix("net."): v for k, v in model.state_dict().items() if k.startswith("net.")})
+
+    events = EventAccumulator(str(run), size_guidance={"images": 0, "scalars": 0}).Reload()
+    tags = events.Tags()
+    for tag in ("train/loss_step", "train/acc", "val/acc", "val/loss", "test/acc", "test/loss", "lr-AdamW"):
+        assert tag in tags["scalars"], tag
+    assert "test/confusion_matrix" in tags["images"]
+    assert len(events.Scalars("val/acc")) == 2
+    hp = events.summary_metadata if hasattr(events, "summary_metadata") else {}
+    assert any("hparams" in k for k in hp) or "_hparams_/experiment" in tags["tensors"]
+
+
+BAD = [
+    (["--model.lrr", "0.1"], "model.lrr"),
+    (["--trainer.max_epohcs", "3"], "--trainer.max_epohcs"),
+    (["--trainer.max_epochs", "ten"], "trainer.max_epochs: invalid value 'ten'"),
+    (["--trainer.precision", "fp16"], "trainer.precision: invalid value 'fp16'"),
+    (["--data.batch_size", "0"], "data.batch_size: must be >= 1"),
+    (["--model.lr", "-1"], "model.lr: must be > 0"),
+    (["--data.val_size", "600"], "data.val_size: 600 must be smaller than the 600 training images"),
+    (["--config", "missing.yaml"], "missing.yaml"),
+    (["--ckpt_path", "missing.ckpt"], "ckpt_path: missing.ckpt does not exist"),
+    (
+        ["--trainer.deterministic", "true", "--trainer.benchmark", "true"],
+        "trainer.deterministic: true and trainer.benchmark",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "expected"), BAD, ids=[b[1][:30] for b in BAD])
+def test_bad_input_is_one_line_nonzero_and_writes_nothing(extra, expected, tiny_mnist, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    assert run_main(tiny_args(tiny_mnist, logs, *extra)) != 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and expected in err[0], err
+    assert not logs.exists() or run_dirs(logs) == []
+
+
+def test_bad_yaml_key_and_bad_checkpoint_file(tiny_mnist, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "typo.yaml").write_text("model:\n  lrr: 0.1\n")
+    (tmp_path / "prune.yaml").write_text(
+        "trainer:\n  callbacks:\n    - class_path: project.callbacks.Pruning\n      init_args: {amount: 1.5}\n"
+    )
+    (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "tensor.ckpt")
+    for extra, expected in [
+        (["--config", "typo.yaml"], "lrr"),
+        (["--config", "prune.yaml"], "pruning amount: must be in [0, 1), got 1.5"),
+        (["--ckpt_path", "junk.ckpt"], "junk.ckpt is not a readable checkpoint"),
+        (["--ckpt_path", "tensor.ckpt"], "tensor.ckpt is not a Lightning training checkpoint"),
+    ]:
+        assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *extra)) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "logs").exists() or run_dirs(tmp_path / "logs") == []
+
+
+def test_missing_data_without_download_or_source(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = run_main(["--data.data_dir", str(tmp_path / "none"), "--data.download", "false"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "error: MNIST data not found" in err and "data.source_dir" in err
+    assert run_dirs(tmp_path / "logs") == []
+
+
+def test_tiny_run_in_process_reaches_above_chance(tiny_mnist, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.max_epochs", "3")) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    r = results(run)
+    assert r["test_samples"] == 100
+    assert r["test_acc"] > 0.5  # the tiny data set has a learnable stripe per class; chance is 0.1
+    assert r["epochs"] == 3 and r["global_step"] == 30
