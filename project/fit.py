@@ -96,6 +96,8 @@ class FitCLI(LightningCLI):
             check_checkpoint(cfg.ckpt_path)
         # Lightning says this as a long UserWarning with a source line; we say it once, plainly, below.
         warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
+        # Our data modules define no on_after_batch_transfer, so the module's (channels_last) is the only one.
+        warnings.filterwarnings("ignore", message=".*overridden `on_after_batch_transfer`.*")
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         plugins = self.config_init.trainer.get("plugins") or []

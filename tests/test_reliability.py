@@ -34,7 +34,8 @@ def test_resume_continues_exactly(tiny_mnist, tmp_path, monkeypatch):
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", "--trainer.max_epochs", "2", *STEP_LR)) == 0
     (first,) = run_dirs(tmp_path / "b")
     last = first / "checkpoints" / "last.ckpt"
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "b", "--trainer.max_epochs", "3", "--ckpt_path", str(last), *STEP_LR)) == 0
+    resume = ["--trainer.max_epochs", "3", "--ckpt_path", str(last), *STEP_LR]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *resume)) == 0
     (straight,) = run_dirs(tmp_path / "a")
     resumed = run_dirs(tmp_path / "b")[-1]
     ra, rb = results(straight), results(resumed)
@@ -116,7 +117,8 @@ def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(fashion_dat
 def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
     proc = run_module(
         [
-            "--config", str(REPO / "configs/fashion_mnist.yaml"), "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"),
+            "--config", str(REPO / "configs/fashion_mnist.yaml"),
+            "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"),
             "--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--trainer.max_epochs", "1",
             "--trainer.limit_train_batches", "30", "--trainer.enable_progress_bar", "false",
         ],
