@@ -216,3 +216,26 @@ def test_random_crop_flip_shapes_and_bounds():
     x = torch.randint(1, 256, (512, 3, 32, 32), dtype=torch.uint8)
     share = float((EpochBatches.random_crop_flip(x) == 0).float().mean())
     assert math.isclose(share, 1 - (1 - 20 / 9 / 32) ** 2, abs_tol=0.02)
+
+
+def test_two_ranks_share_one_split_and_shard_training_disjointly(tiny_mnist):
+    """DDP semantics simulated with two data modules standing in for ranks 0 and 1."""
+    from types import SimpleNamespace
+
+    make(MNISTDataModule, tiny_mnist).prepare_data()  # once per node, before the ranks set up
+    ranks = []
+    for rank in range(2):
+        dm = make(MNISTDataModule, tiny_mnist, val_size=100, batch_size=10)
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank, strategy=SimpleNamespace(root_device="cpu"))
+        dm.setup("fit")
+        split = [t.clone() for t in dm.split]
+        dm.setup("test")  # a later stage must not re-split
+        assert all(torch.equal(a, b) for a, b in zip(split, dm.split))
+        ranks.append(dm)
+    assert all(torch.equal(a, b) for a, b in zip(ranks[0].split, ranks[1].split))
+    train_idx, val_idx = ranks[0].split
+    assert not set(train_idx.tolist()) & set(val_idx.tolist())
+    shards = [list(dm.train_dataloader().sampler) for dm in ranks]
+    assert set(shards[0]).isdisjoint(shards[1]) and set(shards[0]) | set(shards[1]) == set(range(500))
+    evals = [list(dm.test_dataloader().sampler) for dm in ranks]
+    assert sorted(evals[0] + evals[1]) == list(range(100))  # every test image once, no padding
