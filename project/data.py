@@ -447,7 +447,7 @@ class _MNISTFamily(VisionDataModule):
         raw_md5 = self.raw_md5()
         for name, archive_md5 in self.dataset_cls.resources:
             archive, target = src / name, self.raw_folder / name.removesuffix(".gz")
-            archive_ok = md5sum(archive) == archive_md5
+            got_archive = md5sum(archive)
             try:
                 with gzip.open(archive, "rb") as f:
                     _atomic_copy_stream(f, target)
@@ -455,12 +455,12 @@ class _MNISTFamily(VisionDataModule):
                 raise DataError(
                     f"{archive} is not a valid gzip archive ({e}); replace it with the original file"
                 ) from None
-            if not archive_ok:
+            if got_archive != archive_md5:
                 got = md5sum(target)
                 if got != raw_md5[target.name]:
                     target.unlink()
                     raise DataError(
-                        f"{archive} fails its md5 check (archive md5 {md5sum(archive)}, expected {archive_md5}; "
+                        f"{archive} fails its md5 check (archive md5 {got_archive}, expected {archive_md5}; "
                         f"content md5 {got}, expected {raw_md5[target.name]}); replace it with the original file"
                     )
                 log.info("%s is a re-compressed copy; its content matches the published md5", archive)

@@ -177,7 +177,7 @@ def fit(cli: LightningCLI) -> dict[str, Any]:
     test_metrics = trainer.test(model, datamodule=data, ckpt_path=test_ckpt, verbose=False)[0]
 
     throughput = _callback(trainer, Throughput)
-    pruned = pruning.named_targets() if pruning is not None else []
+    stats = sparsity(pruning.named_targets()) if pruning is not None else {"global": 0.0}
     results = {
         "test_acc": test_metrics.get("test/acc"),
         "test_loss": test_metrics.get("test/loss"),
@@ -188,8 +188,8 @@ def fit(cli: LightningCLI) -> dict[str, Any]:
         "epoch_time_s": throughput.epoch_time_s,
         "params": sum(p.numel() for p in model.net.parameters()),
         "nonzero_params": nonzero_params(model.net),
-        "sparsity": sparsity(pruned)["global"] if pruned else 0.0,
-        "sparsity_per_layer": {k: v for k, v in sparsity(pruned).items() if k != "global"} if pruned else {},
+        "sparsity": stats["global"],
+        "sparsity_per_layer": {k: v for k, v in stats.items() if k != "global"},
         "precision": trainer.precision,
         "requested_precision": str(cli.config.trainer.precision),
         **throughput.flags,
