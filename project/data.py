@@ -25,6 +25,7 @@ import hashlib
 import io
 import logging
 import math
+import multiprocessing
 import os
 import shutil
 import tarfile
@@ -110,6 +111,19 @@ def _atomic_copy_stream(src: io.BufferedIOBase, dst: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Start DataLoader workers from a fork server, not by forking the training process.
+
+    The training process runs threads (DDP's gloo and process observer, TensorBoard's event writer);
+    ``fork()`` copies a lock one of them holds and the new worker can block forever before it starts
+    (seen: a 2-process DDP run hanging in its test loop). The fork server is single-threaded and
+    preloads torch and torchvision, so workers still start quickly.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torchvision", "project.data"])
+    return ctx
 
 
 class EpochBatches:
@@ -366,6 +380,7 @@ class VisionDataModule(L.LightningDataModule):
         hp = self.hparams
         return DataLoader(
             dataset,
+            multiprocessing_context=worker_context() if hp.num_workers > 0 else None,
             batch_size=hp.batch_size,
             sampler=sampler,
             drop_last=drop_last,
