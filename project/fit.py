@@ -94,10 +94,28 @@ class FitCLI(LightningCLI):
             )
         if cfg.ckpt_path is not None:
             check_checkpoint(cfg.ckpt_path)
+            self._resume_in_place(Path(cfg.ckpt_path).resolve())
         # Lightning says this as a long UserWarning with a source line; we say it once, plainly, below.
         warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
         # Our data modules define no on_after_batch_transfer, so the module's (channels_last) is the only one.
         warnings.filterwarnings("ignore", message=".*overridden `on_after_batch_transfer`.*")
+
+    def _resume_in_place(self, ckpt: Path) -> None:
+        """Resume into the run folder the checkpoint came from (``<save_dir>/<name>/version_N/checkpoints``).
+
+        Lightning would start a new ``version_N+1``; ModelCheckpoint then forgets the best score so far, and
+        the run's curves split over two folders. Only done when the checkpoint belongs to this experiment's
+        folder and no logger version was set explicitly.
+        """
+        logger = self.config.trainer.logger
+        args = getattr(logger, "init_args", None)
+        if args is None or getattr(args, "version", 0) is not None or "TensorBoardLogger" not in logger.class_path:
+            return
+        run = ckpt.parent.parent
+        if ckpt.parent.name != "checkpoints" or not re.fullmatch(r"version_\d+", run.name):
+            return
+        if run.parent == Path(args.save_dir, args.name).resolve():
+            args.version = int(run.name.removeprefix("version_"))
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         plugins = self.config_init.trainer.get("plugins") or []

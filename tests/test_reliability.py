@@ -37,13 +37,16 @@ def test_resume_continues_exactly(tiny_mnist, tmp_path, monkeypatch):
     resume = ["--trainer.max_epochs", "3", "--ckpt_path", str(last), *STEP_LR]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *resume)) == 0
     (straight,) = run_dirs(tmp_path / "a")
-    resumed = run_dirs(tmp_path / "b")[-1]
+    (resumed,) = run_dirs(tmp_path / "b")  # resumed in place: one run folder, one set of curves
+    assert resumed == first
     ra, rb = results(straight), results(resumed)
     assert rb["global_step"] == ra["global_step"] == 30
     assert len(rb["epoch_time_s"]) == 1  # exactly one more epoch ran
+    assert rb["best_val_acc"] == ra["best_val_acc"]  # the best score survives the resume
     lr_a, lr_b = lrs(straight), lrs(resumed)
-    assert lr_b and all(lr_b[s] == pytest.approx(lr_a[s]) for s in lr_b)
-    assert min(lr_b) >= 20 and lr_b[min(lr_b)] == pytest.approx(0.01 * 0.5**2)
+    assert sorted(lr_b) == sorted(lr_a) == list(range(30))
+    assert all(lr_b[s] == pytest.approx(lr_a[s]) for s in lr_b)
+    assert lr_b[20] == pytest.approx(0.01 * 0.5**2)
     wa = torch.load(straight / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
     wb = torch.load(resumed / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
