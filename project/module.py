@@ -105,20 +105,20 @@ class ImageClassifier(L.LightningModule):
                 f"(epoch {self.current_epoch}, batch {batch_idx}); lower model.lr (now {self.hparams.lr}), "
                 "add a scheduler warm-up or use 32-true precision. The last good checkpoint is kept."
             )
-        self.train_acc(logits, y)
+        self.train_acc.update(logits, y)  # epoch-level only: update() skips the per-batch compute of __call__
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(y))
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         loss, logits, y = self._shared_step(batch)
-        self.val_acc(logits, y)
+        self.val_acc.update(logits, y)
         self.log("val/loss", loss, prog_bar=True, batch_size=len(y), sync_dist=True)
         self.log("val/acc", self.val_acc, prog_bar=True)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         loss, logits, y = self._shared_step(batch)
-        self.test_acc(logits, y)
+        self.test_acc.update(logits, y)
         self.test_confmat.update(logits, y)
         self.log("test/loss", loss, batch_size=len(y), sync_dist=True)
         self.log("test/acc", self.test_acc)
