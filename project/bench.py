@@ -1,0 +1,383 @@
+"""``python -m project.bench``: what each speed switch buys, measured side by side in one process.
+
+Rows (same net, batch size and data):
+
+1. ``raw_loop`` -- the recipes' hand-written loop (``zero_grad``, forward, loss, ``backward``, ``step``) on
+   the torchvision DataLoader: the reference every ratio is taken against;
+2. ``lightning`` -- ``Trainer.fit`` on the same DataLoader;
+3. ``lightning_in_memory`` -- ``Trainer.fit`` on the in-memory path (``data.in_memory``);
+4. variants of row 3: mixed/bf16 precision, ``benchmark``, ``channels_last``, ``compile``, 50 % pruned;
+5. ``data_torchvision`` / ``data_in_memory`` -- batches drawn with no model at all.
+
+Each segment runs ``--warmup`` untimed steps, then ``--steps`` timed ones; every row runs ``--repeats``
+times, interleaved with the other rows, and the median is reported. Per row: training samples/s, ms per
+step, peak memory in MiB (process RSS on CPU, reset before each segment where Linux allows;
+``torch.cuda.max_memory_allocated`` on GPU) and the ratio to its reference: row 1 for training rows,
+``data_torchvision`` for data-only rows. Prints a table and writes ``bench.json`` (rows with their
+settings) and ``bench.md`` (the same table in Markdown).
+
+Real data is used when ``--data_dir`` holds it (or ``--source_dir`` can import it); otherwise synthetic
+images of the right shape (uint8 noise decoded through PIL exactly like the torchvision datasets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import resource
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+import yaml
+from PIL import Image
+from torch.nn.utils import prune
+from torch.utils.data import Dataset
+
+from project import data as data_mod
+from project.errors import DataError, UserError
+from project.module import ImageClassifier
+
+log = logging.getLogger("project.bench")
+
+ALL_ROWS = [
+    "raw_loop",
+    "lightning",
+    "lightning_in_memory",
+    "mixed_precision",
+    "bf16_true",
+    "benchmark",
+    "channels_last",
+    "compile",
+    "pruned_50",
+    "data_torchvision",
+    "data_in_memory",
+]
+
+
+class SyntheticImages(Dataset):
+    """Random uint8 images served like torchvision's MNIST/CIFAR10: ``.data``, ``.targets``, PIL + transform."""
+
+    def __init__(self, n: int, shape: tuple[int, int, int], transform: Any, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        c, h, w = shape
+        self.data = torch.randint(0, 256, (n, h, w) if c == 1 else (n, h, w, c), dtype=torch.uint8, generator=g)
+        self.targets = torch.randint(0, 10, (n,), generator=g)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        img = Image.fromarray(self.data[i].numpy(), mode="L" if self.data.ndim == 3 else "RGB")
+        return self.transform(img), int(self.targets[i])
+
+
+def peak_memory_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    # Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) of this process.
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """Peak memory since the last reset, MiB: CUDA allocator peak on GPU, process peak RSS on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StepTimer(L.Callback):
+    """Seconds between the end of step ``warmup`` and the end of the last step (device synchronized)."""
+
+    def __init__(self, warmup: int, device: torch.device) -> None:
+        self.warmup, self.device = warmup, device
+        self.t0 = self.t1 = 0.0
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        step = trainer.global_step
+        if step == self.warmup:
+            _sync(self.device)
+            self.t0 = time.perf_counter()
+        elif step > self.warmup:
+            _sync(self.device)
+            self.t1 = time.perf_counter()
+
+
+class Bench:
+    """Builds the data module and model of one config and times each row (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        cfg = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
+        model_cfg = cfg.get("model", {}) or {}
+        data_cfg = cfg.get("data", {}) or {}
+        self.net = model_cfg.get("net", "lenet")
+        cls_path = data_cfg.get("class_path", "project.data.MNISTDataModule")
+        self.data_cls = getattr(data_mod, cls_path.rsplit(".", 1)[-1])
+        init = data_cfg.get("init_args", {}) or {}
+        self.batch_size = args.batch_size or init.get("batch_size", 64)
+        self.num_workers = init.get("num_workers", 0) if args.num_workers is None else args.num_workers
+        self.args = args
+        want_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise UserError("--device cuda: no CUDA device is available; use --device cpu or auto")
+        self.device = torch.device("cuda" if want_cuda else "cpu")
+        self.steps, self.warmup, self.repeats = args.steps, args.warmup, args.repeats
+        self.dm_kwargs = dict(
+            data_dir=args.data_dir,
+            source_dir=args.source_dir,
+            download=False,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=self.num_workers > 0,
+            val_size=0,
+        )
+        self.synthetic = not self._real_data_available()
+
+    def _real_data_available(self) -> bool:
+        try:
+            self.data_cls(**self.dm_kwargs).prepare_data()
+            return True
+        except DataError as e:
+            log.info("using synthetic images (%s)", e)
+            return False
+
+    def datamodule(self, in_memory: bool) -> data_mod.VisionDataModule:
+        dm = self.data_cls(**{**self.dm_kwargs, "in_memory": in_memory})
+        if self.synthetic:
+            n = (self.warmup + self.steps + 1) * self.batch_size
+            shape = self.data_cls.input_shape
+            dm.prepare_data = lambda: None
+            dm.verify = lambda md5=True: None
+            dm.make_dataset = lambda train, transform: SyntheticImages(n, shape, transform, seed=int(train))
+        return dm
+
+    def model(self, **kw: Any) -> ImageClassifier:
+        return ImageClassifier(net=self.net, optimizer="sgd", lr=0.01, **kw)
+
+    # -- rows -----------------------------------------------------------------------------------
+    def raw_loop(self) -> float:
+        """The recipes' loop; returns seconds for ``steps`` timed steps."""
+        dm = self.datamodule(in_memory=False)
+        dm.setup("fit")
+        loader = dm.train_dataloader()
+        net = self.model().net.to(self.device)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        t0 = 0.0
+        it = iter(loader)
+        for step in range(self.warmup + self.steps):
+            x, y = next(it)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            loss.item()  # the recipes print the running loss; Lightning's progress bar reads it too
+            if step == self.warmup - 1:
+                _sync(self.device)
+                t0 = time.perf_counter()
+        _sync(self.device)
+        return time.perf_counter() - t0
+
+    def lightning(
+        self, in_memory: bool, pruned: bool = False, trainer_kw: dict | None = None, **model_kw: Any
+    ) -> float:
+        dm = self.datamodule(in_memory=in_memory)
+        model = self.model(**model_kw)
+        if pruned:
+            for m in model.net.modules():
+                if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+                    prune.l1_unstructured(m, "weight", amount=0.5)
+        timer = StepTimer(self.warmup, self.device)
+        trainer = L.Trainer(
+            accelerator=self.device.type,
+            devices=1,
+            max_steps=self.warmup + self.steps,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[timer],
+            **(trainer_kw or {}),
+        )
+        trainer.fit(model, datamodule=dm)
+        return timer.t1 - timer.t0
+
+    def data_only(self, in_memory: bool) -> float:
+        dm = self.datamodule(in_memory=in_memory)
+        dm.setup("fit")
+        if in_memory:  # keep the tensors on the bench device, as training would
+            dm._device = lambda: self.device  # type: ignore[method-assign]
+        loader = dm.train_dataloader()
+        it = iter(loader)
+        t0 = 0.0
+        for step in range(self.warmup + self.steps):
+            x, _ = next(it)
+            if step == self.warmup - 1:
+                _sync(self.device)
+                t0 = time.perf_counter()
+        _sync(self.device)
+        return time.perf_counter() - t0
+
+    def row_fn(self, name: str) -> tuple[dict[str, Any], Any]:
+        mixed = "16-mixed" if self.device.type == "cuda" else "bf16-mixed"
+        table: dict[str, tuple[dict[str, Any], Any]] = {
+            "raw_loop": ({"loop": "raw", "data": "torchvision"}, self.raw_loop),
+            "lightning": ({"loop": "lightning", "data": "torchvision"}, lambda: self.lightning(False)),
+            "lightning_in_memory": ({"loop": "lightning", "data": "in_memory"}, lambda: self.lightning(True)),
+            "mixed_precision": (
+                {"data": "in_memory", "precision": mixed},
+                lambda: self.lightning(True, trainer_kw={"precision": mixed}),
+            ),
+            "bf16_true": (
+                {"data": "in_memory", "precision": "bf16-true"},
+                lambda: self.lightning(True, trainer_kw={"precision": "bf16-true"}),
+            ),
+            "benchmark": (
+                {"data": "in_memory", "benchmark": True},
+                lambda: self.lightning(True, trainer_kw={"benchmark": True}),
+            ),
+            "channels_last": (
+                {"data": "in_memory", "channels_last": True},
+                lambda: self.lightning(True, channels_last=True),
+            ),
+            "compile": ({"data": "in_memory", "compile": True}, lambda: self.lightning(True, compile=True)),
+            "pruned_50": ({"data": "in_memory", "pruned": 0.5}, lambda: self.lightning(True, pruned=True)),
+            "data_torchvision": ({"loop": "data only", "data": "torchvision"}, lambda: self.data_only(False)),
+            "data_in_memory": ({"loop": "data only", "data": "in_memory"}, lambda: self.data_only(True)),
+        }
+        return table[name]
+
+    def run(self, rows: list[str]) -> list[dict[str, Any]]:
+        """Time every row ``repeats`` times, interleaved (row 1, row 2, ..., row 1, ...) so that slow
+        phases of a noisy machine hit all rows alike; report the median per row."""
+        fns = {name: self.row_fn(name) for name in rows}
+        times: dict[str, list[float]] = {name: [] for name in rows}
+        peaks: dict[str, float] = dict.fromkeys(rows, 0.0)
+        for _ in range(self.repeats):
+            for name in rows:
+                peak_memory_reset(self.device)
+                times[name].append(fns[name][1]())
+                peaks[name] = max(peaks[name], peak_memory_mib(self.device))
+        results: list[dict[str, Any]] = []
+        for name in rows:
+            seconds = statistics.median(times[name])
+            row = {
+                "row": name,
+                "samples_per_s": self.steps * self.batch_size / seconds,
+                "ms_per_step": 1000 * seconds / self.steps,
+                "peak_mem_mib": peaks[name],
+                "repeats_s": times[name],
+                "settings": {
+                    "net": self.net,
+                    "dataset": self.data_cls.dataset_cls.__name__,
+                    "synthetic": self.synthetic,
+                    "batch_size": self.batch_size,
+                    "num_workers": self.num_workers,
+                    "device": str(self.device),
+                    "precision": "32-true",
+                    **fns[name][0],
+                },
+            }
+            results.append(row)
+            log.info("%-20s %10.0f samples/s %8.2f ms/step", name, row["samples_per_s"], row["ms_per_step"])
+        # Training rows compare with the raw recipe loop, data-only rows with the torchvision DataLoader.
+        speed = {r["row"]: r["samples_per_s"] for r in results}
+        for r in results:
+            r["reference"] = "data_torchvision" if r["row"].startswith("data_") else "raw_loop"
+            ref = speed.get(r["reference"])
+            r["ratio"] = r["samples_per_s"] / ref if ref else None
+        return results
+
+
+def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| row | samples/s | ms/step | peak MiB | × reference |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ratio = f"{r['ratio']:.2f} ({r['reference']})" if r["ratio"] else "-"
+        lines.append(
+            f"| {r['row']} | {r['samples_per_s']:,.0f} | {r['ms_per_step']:.2f} | {r['peak_mem_mib']:,.0f} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m project.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="configs/mnist.yaml", help="experiment config: net, data module, batch size")
+    p.add_argument("--data_dir", default="data", help="where the data set is (used if present)")
+    p.add_argument("--source_dir", default=None, help="original archives to import offline")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--steps", type=int, default=50, help="timed steps per segment")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps before each segment")
+    p.add_argument("--repeats", type=int, default=5, help="segments per row; the median is reported")
+    p.add_argument("--batch_size", type=int, default=None, help="default: the config's")
+    p.add_argument("--num_workers", type=int, default=None, help="DataLoader workers; default: the config's")
+    p.add_argument("--rows", nargs="+", choices=ALL_ROWS, default=ALL_ROWS, metavar="ROW", help=" ".join(ALL_ROWS))
+    p.add_argument("--out", default="bench.json", help="JSON output; a .md table is written beside it")
+    args = p.parse_args(argv)
+    for key in ("steps", "warmup", "repeats"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key} must be >= 1")
+    if args.config and not Path(args.config).is_file():
+        p.error(f"--config {args.config} does not exist")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m project.bench``; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    args = parse_args(argv)
+    try:
+        bench = Bench(args)
+        rows = bench.run(args.rows)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    when = time.strftime("%Y-%m-%d")
+    cpu = f"CPU ({torch.get_num_threads()} threads)"
+    where = torch.cuda.get_device_name(bench.device) if bench.device.type == "cuda" else cpu
+    synthetic = " (synthetic)" if bench.synthetic else ""
+    header = (
+        f"{bench.net} / {bench.data_cls.dataset_cls.__name__}{synthetic}, batch {bench.batch_size}, "
+        f"{args.steps} steps × {args.repeats} (median), {where}, torch {torch.__version__}, {when}"
+    )
+    table = markdown(rows, header)
+    out = Path(args.out)
+    out.write_text(json.dumps({"header": header, "rows": rows}, indent=2) + "\n")
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
