@@ -19,6 +19,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelPruning
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.nn.utils import prune
 
@@ -177,6 +178,15 @@ class Pruning(ModelPruning):
             return
         super().setup(trainer, pl_module, stage)
         self._names = {id(m): name for name, m in pl_module.named_modules()}
+        last = (trainer.max_epochs or 0) - 1
+        if trainer.max_epochs not in (None, -1) and last < self.end_epoch:
+            reached = self.target_at(last)
+            rank_zero_warn(
+                f"pruning schedule runs to epoch {self.end_epoch} but max_epochs is {trainer.max_epochs}: "
+                f"sparsity will reach {reached:.2f}, not {self.target:.2f}. Lower start_epoch/end_epoch "
+                "or raise trainer.max_epochs",
+                category=UserWarning,
+            )
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -204,3 +204,11 @@ def test_schedule_reaches_target_linearly():
     for e in range(5):
         kept *= 1 - cb._step_amount(e)
     assert kept == pytest.approx(0.4)
+
+
+def test_schedule_longer_than_the_run_is_announced(tiny_mnist, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match=r"max_epochs is 1: sparsity will reach 0.00, not 0.60"):
+        assert run_main(pruning_args(tiny_mnist, tmp_path / "logs", 1)) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    assert results(run)["sparsity"] == 0.0
