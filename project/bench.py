@@ -31,19 +31,19 @@ import resource
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
-import yaml
+from jsonargparse import ArgumentError
 from PIL import Image
 from torch.nn.utils import prune
 from torch.utils.data import Dataset
 
 from project import data as data_mod
+from project.cli import ProjectCLI, explain_parse_error
 from project.errors import DataError, UserError
 from project.module import ImageClassifier
 
@@ -128,13 +128,12 @@ class Bench:
     """Builds the data module and model of one config and times each row (see the module docstring)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        cfg = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
-        model_cfg = cfg.get("model", {}) or {}
-        data_cfg = cfg.get("data", {}) or {}
-        self.net = model_cfg.get("net", "lenet")
-        cls_path = data_cfg.get("class_path", "project.data.MNISTDataModule")
-        self.data_cls = getattr(data_mod, cls_path.rsplit(".", 1)[-1])
-        init = data_cfg.get("init_args", {}) or {}
+        # The experiment as fit would run it: same parser, same defaults, same checks.
+        cli = ProjectCLI(["--config", args.config, "--trainer.logger", "false"], prog="python -m project.bench")
+        self.net = cli.model.hparams.net
+        self.optimizer = cli.model.optimizer
+        self.data_cls = type(cli.datamodule)
+        init = dict(cli.datamodule.hparams)
         self.batch_size = args.batch_size or init.get("batch_size", 64)
         self.args = args
         want_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -177,7 +176,7 @@ class Bench:
         return dm
 
     def model(self, **kw: Any) -> ImageClassifier:
-        return ImageClassifier(net=self.net, optimizer="sgd", lr=0.01, **kw)
+        return ImageClassifier(net=self.net, optimizer=self.optimizer, **kw)
 
     # -- rows -----------------------------------------------------------------------------------
     def raw_loop(self) -> float:
@@ -186,7 +185,7 @@ class Bench:
         dm.setup("fit")
         loader = dm.train_dataloader()
         net = self.model().net.to(self.device)
-        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        opt = self.optimizer(net.parameters())
         t0 = 0.0
         it = iter(loader)
         for step in range(self.warmup + self.steps):
@@ -359,11 +358,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore")
     args = parse_args(argv)
     try:
         bench = Bench(args)
         rows = bench.run(args.rows)
+    except ArgumentError as e:
+        print(f"error: {explain_parse_error(str(e))}", file=sys.stderr)
+        return 2
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

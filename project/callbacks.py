@@ -17,8 +17,9 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelPruning
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ModelPruning
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.nn.utils import prune
@@ -79,8 +80,11 @@ class Pruning(ModelPruning):
     * only real ``nn.Parameter`` attributes of the chosen layer types are pruned (a ``weight`` that
       is a bool, a buffer or ``None`` is skipped).
 
-    Checkpoint ``state_dict``s hold the plain, mask-applied weights (``make_pruning_permanent``), so every
-    checkpoint loads with ``ImageClassifier.load_from_checkpoint`` and strictly into an unpruned net.
+    Every checkpoint (``ModelCheckpoint``'s, ``trainer.save_checkpoint``'s, at any point of the schedule, with
+    or without ``make_pruning_permanent``) holds the plain, mask-applied weights under the net's own parameter
+    names, so it loads with ``ImageClassifier.load_from_checkpoint`` and strictly into an unpruned net; the
+    masks and the schedule travel in the callback's state. Several ``Pruning`` callbacks with different
+    settings can run in one Trainer (each has its own ``state_key``).
 
     Args:
         method: ``"l1_unstructured"`` (recipe default), ``"random_unstructured"`` or ``"ln_structured"``.
@@ -146,6 +150,22 @@ class Pruning(ModelPruning):
         self._names: dict[int, str] = {}
         self._pending_masks: dict[str, torch.Tensor] | None = None
 
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(**self.schedule())
+
+    def schedule(self) -> dict[str, Any]:
+        """The settings that decide which weights are pruned when (stored in checkpoints, compared on resume)."""
+        return {
+            "method": self.method,
+            "amount": self.target,
+            "start_epoch": self.start_epoch,
+            "end_epoch": self.end_epoch,
+            "layers": [t.__name__ for t in self.layer_types],
+            "parameter_names": list(self._parameter_names),
+            "global_pruning": bool(self._use_global_unstructured),
+        }
+
     # -- schedule ------------------------------------------------------------------------------
     def target_at(self, epoch: int) -> float:
         """Total pruned fraction the schedule asks for once ``epoch`` has started."""
@@ -203,7 +223,17 @@ class Pruning(ModelPruning):
             for m, name in self._parameters_to_prune
             if hasattr(m, f"{name}_mask")
         }
-        return {"masks": masks}
+        return {"masks": masks, "schedule": self.schedule()}
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # Replaces ModelPruning's, which only does this with make_pruning_permanent: store ``orig * mask`` under
+        # the plain name, so the state_dict is the unpruned net's whatever the options.
+        sd = checkpoint["state_dict"]
+        prefix = {id(m): name for name, m in pl_module.named_modules()}
+        for m, name in self._parameters_to_prune:
+            key = f"{prefix[id(m)]}.{name}" if prefix[id(m)] else name
+            if f"{key}_orig" in sd and f"{key}_mask" in sd:
+                sd[key] = sd.pop(f"{key}_orig") * sd.pop(f"{key}_mask")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending_masks = state_dict.get("masks") or None
@@ -289,18 +319,76 @@ class Throughput(Callback):
         pl_module.log_dict({"train/epoch_time_s": seconds, "train/samples_per_s": rate}, on_epoch=True)
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``TorchCheckpointIO``, writing to a temporary file and renaming it into place.
+class LocalAtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``TorchCheckpointIO``; on a local path, written to a temporary file in the same folder and
+    renamed into place.
 
-    A run killed mid-save (e.g. SIGKILL) leaves the previous complete checkpoint, never a truncated one.
+    Lightning writes through an fsspec transaction, whose local temporary file lives in the system temp
+    folder: when that is another filesystem (a container's ``/tmp`` vs a mounted ``logs/`` volume) the final
+    move is a copy, and a run killed during it leaves a truncated checkpoint. URLs (``s3://``, ``memory://``,
+    ...) go through Lightning's own path unchanged.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        path = Path(path)
+        if "://" in str(path) and not str(path).startswith("file://"):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(str(path).removeprefix("file://"))
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         try:
-            super().save_checkpoint(checkpoint, tmp, storage_options)
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
+
+
+class StepLearningRateMonitor(LearningRateMonitor):
+    """Lightning's ``LearningRateMonitor`` (``lr-<Optimizer>`` tags), logging at every optimizer step.
+
+    The stock callback logs only every ``trainer.log_every_n_steps`` steps (none at all in a run shorter
+    than that); one scalar per step costs nothing measurable next to a training step.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging_interval="step")
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        stats = self._extract_stats(trainer, "any")
+        if stats:
+            for logger in trainer.loggers:
+                logger.log_metrics(stats, step=trainer.fit_loop.epoch_loop._batches_that_stepped)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose ``last.ckpt`` is the newest state at every save point.
+
+    Lightning 2.6 rewrites ``last.ckpt`` at the end of validation only when a top-k checkpoint was saved in
+    the same step: after an epoch that did not improve the monitored score, ``last.ckpt`` still held an older
+    epoch, and a resume from it silently repeated epochs.
+    """
+
+    _last_saved_step: int | None = None
+
+    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self._last_saved_step = trainer.global_step
+
+    def _refresh_last(self, trainer: L.Trainer) -> None:
+        if not self.save_last or trainer.sanity_checking or trainer.fast_dev_run:
+            return
+        if trainer.state.fn == TrainerFn.FITTING and self._last_saved_step != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._refresh_last(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._refresh_last(trainer)

@@ -2,19 +2,23 @@
 
 Loss is cross-entropy (both recipes). Accuracy uses one torchmetrics object per stage, logged as
 metric objects so Lightning accumulates correct/total over the whole epoch (and across DDP ranks)
-instead of averaging per-batch accuracies.
+instead of averaging per-batch accuracies. The optimizer and LR scheduler are injected (LightningCLI's
+``OptimizerCallable`` / ``LRSchedulerCallable``), so any ``torch.optim`` class works from YAML.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from jsonargparse.typing import PositiveInt
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from project.errors import DivergenceError, require
+from project.errors import ConfigError, DivergenceError
 from project.nets import NETS, build_net
 
 
@@ -23,51 +27,49 @@ class ImageClassifier(L.LightningModule):
 
     Args:
         net: ``"lenet"`` (recipe B, 1x28x28 input) or ``"simple_cnn"`` (recipe A, 3x32x32 input).
-        num_classes: number of output logits.
-        optimizer: ``"sgd"`` (the recipes' choice), ``"adam"`` or ``"adamw"``.
-        lr: learning rate (> 0); the peak rate when ``scheduler="onecycle"``.
-        momentum: SGD momentum (the recipes use 0).
-        nesterov: SGD Nesterov momentum.
-        weight_decay: L2 penalty (SGD/Adam) or decoupled decay (AdamW).
-        scheduler: ``None``, ``"onecycle"`` (per step, Smith & Topin 2017), ``"cosine"`` (per step,
-            to 0 at the last step) or ``"step"`` (StepLR, per epoch: ``lr *= gamma`` every ``step_size`` epochs).
-        step_size: epochs between decays for ``scheduler="step"``.
-        gamma: decay factor for ``scheduler="step"``.
+        num_classes: number of output logits (linked to the data module's by the CLI).
+        input_shape: (C, H, W) of the data's images (linked to the data module's by the CLI); the net must
+            take it.
+        optimizer: any ``torch.optim`` class with its settings, e.g.
+            ``{class_path: torch.optim.SGD, init_args: {lr: 0.01}}``; default ``torch.optim.SGD`` with its
+            default lr 0.001 (recipe B's).
+        lr_scheduler: any ``torch.optim.lr_scheduler`` class, or none. ``OneCycleLR`` (Smith & Topin 2017) gets
+            ``total_steps`` from the run's length (``trainer.estimated_stepping_batches``) unless set, and
+            ``CosineAnnealingLR`` likewise ``T_max`` when it is 0.
+        lr_scheduler_interval: when the scheduler steps: ``"step"`` or ``"epoch"``; default ``"step"`` for
+            schedulers sized in steps (one-cycle, cosine with ``T_max`` from the run), else ``"epoch"``.
         channels_last: keep the net's weights and each input batch in ``torch.channels_last`` memory format.
         compile: compile the net's forward with ``torch.compile`` (``nn.Module.compile``, so parameter names,
             checkpoints and pruning are unchanged).
 
     Raises:
-        ConfigError: a value out of range (e.g. ``lr <= 0``), naming the ``model.*`` key.
+        ConfigError: the net does not take the data's image shape.
     """
 
     def __init__(
         self,
         net: Literal["lenet", "simple_cnn"] = "lenet",
-        num_classes: int = 10,
-        optimizer: Literal["sgd", "adam", "adamw"] = "sgd",
-        lr: float = 0.01,
-        momentum: float = 0.0,
-        nesterov: bool = False,
-        weight_decay: float = 0.0,
-        scheduler: Literal["onecycle", "cosine", "step"] | None = None,
-        step_size: int = 1,
-        gamma: float = 0.1,
+        num_classes: PositiveInt = 10,
+        input_shape: tuple[int, int, int] | None = None,
+        optimizer: OptimizerCallable = torch.optim.SGD,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        lr_scheduler_interval: Literal["step", "epoch"] | None = None,
         channels_last: bool = False,
         compile: bool = False,
     ) -> None:
         super().__init__()
-        require(net in NETS, "model.net", f"unknown net {net!r}; choose one of {sorted(NETS)}")
-        require(num_classes >= 2, "model.num_classes", f"must be >= 2, got {num_classes}")
-        require(lr > 0, "model.lr", f"must be > 0, got {lr}")
-        require(0 <= momentum < 1, "model.momentum", f"must be in [0, 1), got {momentum}")
-        require(weight_decay >= 0, "model.weight_decay", f"must be >= 0, got {weight_decay}")
-        require(step_size >= 1, "model.step_size", f"must be >= 1, got {step_size}")
-        require(0 < gamma <= 1, "model.gamma", f"must be in (0, 1], got {gamma}")
-        require(not (nesterov and optimizer != "sgd"), "model.nesterov", "only applies to optimizer: sgd")
-        require(not (nesterov and momentum == 0), "model.nesterov", "needs model.momentum > 0")
-        self.save_hyperparameters()
+        if num_classes < 2:
+            raise ConfigError(f"model.num_classes: must be >= 2, got {num_classes}")
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.net = build_net(net, num_classes)
+        if input_shape is not None and tuple(input_shape) != tuple(self.net.input_shape):
+            shape = "x".join(map(str, input_shape))
+            fits = [name for name, cls in NETS.items() if tuple(cls.input_shape) == tuple(input_shape)]
+            raise ConfigError(
+                f"model.net: {net} takes {'x'.join(map(str, self.net.input_shape))} images but the data gives "
+                f"{shape}; use model.net {' or '.join(fits) or '(none fits)'} or another data module"
+            )
         self.example_input_array = torch.zeros(1, *self.net.input_shape)
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -83,13 +85,9 @@ class ImageClassifier(L.LightningModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (N, num_classes) for a float batch (N, C, H, W)."""
-        return self.net(x)
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if self.hparams.channels_last:
-            x, y = batch
-            batch = (x.contiguous(memory_format=torch.channels_last), y)
-        return batch
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.net(x)
 
     def _shared_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x, y = batch
@@ -102,11 +100,12 @@ class ImageClassifier(L.LightningModule):
         if not torch.isfinite(loss):
             raise DivergenceError(
                 f"training loss became {loss.item()} at global step {self.global_step} "
-                f"(epoch {self.current_epoch}, batch {batch_idx}); lower model.lr (now {self.hparams.lr}), "
+                f"(epoch {self.current_epoch}, batch {batch_idx}); lower the learning rate (model.optimizer), "
                 "add a scheduler warm-up or use 32-true precision. The last good checkpoint is kept."
             )
         self.train_acc.update(logits, y)  # epoch-level only: update() skips the per-batch compute of __call__
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(y))
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log("train/loss_epoch", loss, on_step=False, on_epoch=True, batch_size=len(y))
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
@@ -137,27 +136,25 @@ class ImageClassifier(L.LightningModule):
             writer.add_figure("test/confusion_matrix", fig, global_step=self.global_step)
 
     def configure_optimizers(self) -> Any:
-        hp = self.hparams
-        params = self.parameters()
-        if hp.optimizer == "sgd":
-            opt = torch.optim.SGD(
-                params, lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov, weight_decay=hp.weight_decay
-            )
-        elif hp.optimizer == "adam":
-            opt = torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay)
-        else:
-            opt = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
-        if hp.scheduler is None:
+        try:
+            opt = self.optimizer(self.parameters())
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"model.optimizer: {e}") from None
+        if self.lr_scheduler is None:
             return opt
-        if hp.scheduler == "onecycle":
-            steps = int(self.trainer.estimated_stepping_batches)
-            sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=hp.lr, total_steps=steps)
-            interval = "step"
-        elif hp.scheduler == "cosine":
-            steps = int(self.trainer.estimated_stepping_batches)
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-            interval = "step"
-        else:
-            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=hp.step_size, gamma=hp.gamma)
-            interval = "epoch"
+        kwargs: dict[str, Any] = {}
+        given = getattr(self.lr_scheduler, "keywords", {})
+        # jsonargparse's callable is partial(instantiator, class, **init_args); look at the class itself.
+        cls = next((a for a in getattr(self.lr_scheduler, "args", ()) if isinstance(a, type)), self.lr_scheduler)
+        params = inspect.signature(cls).parameters
+        sized = False
+        if "total_steps" in params and given.get("total_steps") is None:
+            kwargs["total_steps"], sized = int(self.trainer.estimated_stepping_batches), True
+        elif "T_max" in params and not given.get("T_max"):
+            kwargs["T_max"], sized = int(self.trainer.estimated_stepping_batches), True
+        try:
+            sched = self.lr_scheduler(opt, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"model.lr_scheduler: {e}") from None
+        interval = self.hparams.lr_scheduler_interval or ("step" if sized else "epoch")
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": interval}}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from project.fit import main
+from project.fit import main as run_main  # noqa: F401  (tests call it in-process)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,6 +21,8 @@ def tiny_args(paths: dict, logs: Path, *extra: str, name: str = "tiny") -> list[
         "--data.source_dir", str(paths["source"]),
         "--data.val_size", "100",
         "--data.batch_size", "50",
+        "--model.optimizer", "torch.optim.SGD",
+        "--model.optimizer.lr", "0.01",
         "--trainer.max_epochs", "1",
         "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false",
@@ -28,10 +30,6 @@ def tiny_args(paths: dict, logs: Path, *extra: str, name: str = "tiny") -> list[
         "--trainer.logger.init_args.name", name,
         *extra,
     ]  # fmt: skip
-
-
-def run_main(args: list[str]) -> int:
-    return main(args)
 
 
 def run_module(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:

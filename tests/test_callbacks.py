@@ -10,12 +10,13 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from project.callbacks import Pruning, sparsity
-from project.fit import FitCLI, fit
+from project.cli import ProjectCLI
+from project.fit import fit
 from project.module import ImageClassifier
 from project.nets import LeNet
 
 
-def watch(cli: FitCLI) -> dict:
+def watch(cli: ProjectCLI) -> dict:
     """Record, at every forward of the net during training, the flags and formats in effect."""
     seen: dict = {"autocast": set(), "dtype": set(), "benchmark": set(), "channels_last": set()}
 
@@ -36,7 +37,7 @@ def watch(cli: FitCLI) -> dict:
 
 def test_16_mixed_on_cpu_runs_as_bf16_and_says_so(tiny_mnist, tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)
-    cli = FitCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.precision", "16-mixed"))
+    cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.precision", "16-mixed"))
     seen = watch(cli)
     r = fit(cli)
     assert r["precision"] == "bf16-mixed" and r["requested_precision"] == "16-mixed"
@@ -64,7 +65,7 @@ def tensorboard_hparams(run) -> dict:
 
 def test_channels_last_reaches_the_batches(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cli = FitCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--model.channels_last", "true"))
+    cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--model.channels_last", "true"))
     seen = watch(cli)
     r = fit(cli)
     assert r["channels_last"] is True and seen["channels_last"] == {True}
@@ -75,7 +76,7 @@ def test_channels_last_reaches_the_batches(tiny_mnist, tmp_path, monkeypatch):
 def test_cudnn_benchmark_is_left_alone_unless_set(flag, expected, tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
-    cli = FitCLI(tiny_args(tiny_mnist, tmp_path / "logs", *flag))
+    cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", *flag))
     seen = watch(cli)
     r = fit(cli)
     assert seen["benchmark"] == {expected} and r["cudnn_benchmark"] is expected
@@ -84,7 +85,7 @@ def test_cudnn_benchmark_is_left_alone_unless_set(flag, expected, tiny_mnist, tm
 def test_cudnn_enabled_switch(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = torch.backends.cudnn.enabled
-    cli = FitCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--cudnn.enabled", str(not before).lower()))
+    cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--cudnn.enabled", str(not before).lower()))
     r = fit(cli)
     assert r["cudnn_enabled"] is (not before)
     assert torch.backends.cudnn.enabled is before  # restored after the run

@@ -55,7 +55,8 @@ def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
 
     events = EventAccumulator(str(run), size_guidance={"images": 0, "scalars": 0}).Reload()
     tags = events.Tags()
-    for tag in ("train/loss_step", "train/acc", "val/acc", "val/loss", "test/acc", "test/loss", "lr-AdamW"):
+    tags_expected = ("train/loss", "train/loss_epoch", "train/acc", "val/acc", "val/loss", "test/acc", "test/loss")
+    for tag in (*tags_expected, "lr-AdamW"):
         assert tag in tags["scalars"], tag
     assert "test/confusion_matrix" in tags["images"]
     assert len(events.Scalars("val/acc")) == 2
@@ -69,7 +70,9 @@ BAD = [
     (["--trainer.max_epochs", "ten"], "trainer.max_epochs: invalid value 'ten'"),
     (["--trainer.precision", "fp16"], "trainer.precision: invalid value 'fp16'"),
     (["--data.batch_size", "0"], "data.batch_size: must be >= 1"),
-    (["--model.lr", "-1"], "model.lr: must be > 0"),
+    (["--model.optimizer.lr", "-1"], "model.optimizer: Invalid learning rate: -1"),
+    (["--model.num_classes", "0"], "model.num_classes"),
+    (["--model.net", "simple_cnn"], "model.net: simple_cnn takes 3x32x32 images but the data gives 1x28x28"),
     (["--data.val_size", "600"], "data.val_size: 600 must be smaller than the 600 training images"),
     (["--config", "missing.yaml"], "missing.yaml"),
     (["--ckpt_path", "missing.ckpt"], "ckpt_path: missing.ckpt does not exist"),

@@ -19,8 +19,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from project.module import ImageClassifier
 
-STEP_LR = ["--model.scheduler", "step", "--model.step_size", "1", "--model.gamma", "0.5", "--model.momentum", "0.9",
-           "--trainer.deterministic", "true", "--trainer.log_every_n_steps", "1"]  # fmt: skip
+STEP_LR = ["--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.01", "--model.optimizer.momentum", "0.9",
+           "--model.lr_scheduler", "torch.optim.lr_scheduler.StepLR", "--model.lr_scheduler.step_size", "1",
+           "--model.lr_scheduler.gamma", "0.5", "--trainer.deterministic", "true"]  # fmt: skip
 
 
 def lrs(run) -> dict[int, float]:
@@ -75,10 +76,11 @@ def test_epoch_accuracy_is_correct_over_total_not_mean_of_batches():
 
 def test_diverging_run_stops_with_a_clear_message(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code = run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--model.lr", "1e6", "--model.momentum", "0.9"))
+    diverging = ["--model.optimizer.lr", "1e6", "--model.optimizer.momentum", "0.9"]
+    code = run_main(tiny_args(tiny_mnist, tmp_path / "logs", *diverging))
     assert code == 1
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
-    assert "training loss became" in line and "global step" in line and "lower model.lr" in line
+    assert "training loss became" in line and "global step" in line and "lower the learning rate" in line
     step = int(line.split("global step ")[1].split()[0])
     assert step < 10  # within the first epoch (10 steps)
 

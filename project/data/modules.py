@@ -20,17 +20,9 @@ same split on every rank and every call); the official test set stays the test s
 from __future__ import annotations
 
 import contextlib
-import gzip
-import hashlib
 import io
 import logging
-import math
 import multiprocessing
-import os
-import shutil
-import tarfile
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,76 +33,19 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
+from project.data.archives import (
+    FIX,
+    RAW_MD5,
+    check_idx_size,
+    check_md5,
+    created_dirs,
+    import_cifar_archive,
+    import_idx_archives,
+)
+from project.data.memory import EpochBatches
 from project.errors import ConfigError, DataError, require
 
 log = logging.getLogger(__name__)
-
-# md5 of the *extracted* IDX files. torchvision publishes md5 sums of the .gz archives only; these
-# let us verify extracted files and accept archives that were re-compressed (e.g. by a distribution
-# package) but hold the published bytes.
-RAW_MD5: dict[str, dict[str, str]] = {
-    "MNIST": {
-        "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
-        "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
-        "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
-        "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
-    },
-    "FashionMNIST": {
-        "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
-        "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
-        "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
-        "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
-    },
-}
-
-_FIX = (
-    "delete it and run again with data.download: true, or set data.source_dir to a folder holding the original archives"
-)
-
-
-def md5sum(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex md5 of a file, read in 1 MiB chunks."""
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def check_idx_size(path: Path) -> None:
-    """Check that an IDX file (LeCun's MNIST format) is as long as its header says.
-
-    Raises:
-        DataError: the file is shorter or longer than ``header + prod(dims) * itemsize`` bytes.
-    """
-    itemsize = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(4)
-        if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in itemsize:
-            raise DataError(f"{path} is not an IDX file (bad magic number); {_FIX}")
-        ndim = head[3]
-        dims_raw = f.read(4 * ndim)
-    if len(dims_raw) < 4 * ndim:
-        raise DataError(f"{path} is truncated ({size} bytes, header incomplete); {_FIX}")
-    dims = [int.from_bytes(dims_raw[4 * i : 4 * i + 4], "big") for i in range(ndim)]
-    expected = 4 + 4 * ndim + math.prod(dims) * itemsize[head[2]]
-    if size != expected:
-        raise DataError(f"{path} is truncated or corrupt ({size} bytes, its header says {expected}); {_FIX}")
-
-
-def _atomic_copy_stream(src: io.BufferedIOBase, dst: Path) -> None:
-    """Write ``src`` to ``dst`` through a temporary file in the same folder and an atomic rename."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
@@ -124,79 +59,6 @@ def worker_context() -> multiprocessing.context.BaseContext:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torchvision", "project.data"])
     return ctx
-
-
-class EpochBatches:
-    """Batches of a uint8 image tensor kept in memory (RAM, or GPU memory when training on a GPU).
-
-    The whole split is decoded once into ``images`` (N, C, H, W) uint8 and ``targets`` (N,) int64 on
-    one device. The order of each epoch comes from ``sampler`` -- a ``DistributedSampler`` (fresh
-    permutation from ``seed + epoch``, every sample once per epoch, each DDP rank its own shard) or,
-    for evaluation, Lightning's ``UnrepeatedDistributedSampler``. Lightning calls
-    ``sampler.set_epoch`` each epoch as it does for a DataLoader. Batches are converted to float,
-    normalized and -- if ``augment`` -- randomly cropped (4-pixel zero padding) and flipped with
-    batched tensor ops: no per-sample Python and no worker processes.
-
-    Yields:
-        ``(x, y)``: x float32 (B, C, H, W) normalized, y int64 (B,), on ``images.device``.
-    """
-
-    def __init__(
-        self,
-        images: torch.Tensor,
-        targets: torch.Tensor,
-        sampler: DistributedSampler,
-        batch_size: int,
-        mean: tuple[float, ...],
-        std: tuple[float, ...],
-        augment: bool = False,
-        drop_last: bool = False,
-    ) -> None:
-        self.images, self.targets, self.sampler = images, targets, sampler
-        self.batch_sampler = None  # DataLoader-like attributes that Lightning's loops look for
-        self.batch_size, self.augment, self.drop_last = batch_size, augment, drop_last
-        shape = (1, -1, 1, 1)
-        # Normalize uint8 values directly: (x / 255 - mean) / std == (x - 255 mean) / (255 std).
-        self.mean = torch.tensor(mean, device=images.device).view(shape) * 255
-        self.std = torch.tensor(std, device=images.device).view(shape) * 255
-
-    def __len__(self) -> int:
-        m = len(self.sampler)
-        return m // self.batch_size if self.drop_last else math.ceil(m / self.batch_size)
-
-    @staticmethod
-    def random_crop_flip(x: torch.Tensor, padding: int = 4) -> torch.Tensor:
-        """torchvision's ``RandomCrop(size, padding)`` + ``RandomHorizontalFlip()`` for a whole batch.
-
-        Args:
-            x: images (N, C, H, W), any dtype; padding is zeros, as torchvision pads the uint8 image.
-
-        Returns:
-            Tensor of the same shape and dtype, each image cropped at its own random offset and flipped
-            left-right with probability 0.5.
-        """
-        n, c, h, w = x.shape
-        dev = x.device
-        padded = torch.nn.functional.pad(x, (padding,) * 4)
-        dy = torch.randint(0, 2 * padding + 1, (n, 1), device=dev)
-        dx = torch.randint(0, 2 * padding + 1, (n, 1), device=dev)
-        rows = (dy + torch.arange(h, device=dev))[:, None, :, None]
-        cols = (dx + torch.arange(w, device=dev))[:, None, None, :]
-        batch = torch.arange(n, device=dev)[:, None, None, None]
-        chan = torch.arange(c, device=dev)[None, :, None, None]
-        out = padded[batch, chan, rows, cols]
-        flip = torch.rand(n, device=dev) < 0.5
-        return torch.where(flip[:, None, None, None], out.flip(3), out)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        idx = torch.tensor(list(self.sampler), dtype=torch.int64).to(self.images.device, non_blocking=True)
-        stop = len(idx) - len(idx) % self.batch_size if self.drop_last else len(idx)
-        for start in range(0, stop, self.batch_size):
-            b = idx[start : start + self.batch_size]
-            x = self.images[b]
-            if self.augment:
-                x = self.random_crop_flip(x)
-            yield (x.float() - self.mean) / self.std, self.targets[b]
 
 
 class VisionDataModule(L.LightningDataModule):
@@ -272,17 +134,34 @@ class VisionDataModule(L.LightningDataModule):
         """
         raise NotImplementedError
 
-    def import_archives(self) -> None:
-        """Extract the archives in ``source_dir`` into ``data_dir`` after checking their md5."""
+    def import_archives(self, source_dir: Path) -> None:
+        """Extract the original archives in ``source_dir`` into ``data_dir`` after checking their md5."""
+        raise NotImplementedError
+
+    def local_archive_dir(self) -> Path:
+        """Where torchvision's own download puts the original archives under ``data_dir``."""
         raise NotImplementedError
 
     def prepare_data(self) -> None:
-        """Make sure intact files are under ``data_dir``: import from ``source_dir`` or download if missing."""
+        """Make sure intact files are under ``data_dir``; import or download them if missing.
+
+        Sources, in order: files already extracted; ``source_dir``; the original archives where torchvision's
+        own download leaves them (``<data_dir>/<Dataset>/raw/*.gz``, ``<data_dir>/cifar-10-python.tar.gz``),
+        so data already on disk is never fetched again; a download when ``download`` is true.
+        A failed import or download removes the folders it created.
+
+        Raises:
+            DataError: no source has the data, or a file is missing, truncated or fails its md5 check.
+        """
         if not all(p.exists() for p in self.expected_files()):
+            local = self.local_archive_dir()
             if self.source_dir is not None:
-                self.import_archives()
+                self.import_archives(self.source_dir)
+            elif all((local / name).is_file() for name in self.archive_names()):
+                self.import_archives(local)
             elif self.hparams.download:
-                self._download()
+                with created_dirs(local):
+                    self._download()
             else:
                 missing = [str(p) for p in self.expected_files() if not p.exists()]
                 raise DataError(
@@ -332,8 +211,9 @@ class VisionDataModule(L.LightningDataModule):
             self.train_set = self.make_dataset(True, self.train_transform())
             self.val_set = self.make_dataset(True, self.eval_transform())
             self.test_set = self.make_dataset(False, self.eval_transform())
-        except Exception as e:  # a file that passed the checks above but still does not parse
-            raise DataError(f"could not load {self.dataset_cls.__name__} from {self.data_dir}: {e}; {_FIX}") from None
+        except Exception as e:  # a file that passed the cheap checks above but does not load
+            self.verify(md5=True)  # name the bad file if it is one
+            raise DataError(f"could not load {self.dataset_cls.__name__} from {self.data_dir}: {e}; {FIX}") from None
         n = len(self.train_set)
         val_size = self.hparams.val_size
         if val_size >= n:
@@ -443,42 +323,19 @@ class _MNISTFamily(VisionDataModule):
     def archive_names(self) -> list[str]:
         return [name for name, _ in self.dataset_cls.resources]
 
+    def local_archive_dir(self) -> Path:
+        return self.raw_folder
+
     def verify(self, md5: bool = True) -> None:
         for path, expected in zip(self.expected_files(), self.raw_md5().values()):
             if not path.exists():
-                raise DataError(f"{path} is missing; {_FIX}")
+                raise DataError(f"{path} is missing; {FIX}")
             check_idx_size(path)
-            if md5 and (got := md5sum(path)) != expected:
-                raise DataError(f"{path} fails its md5 check (got {got}, expected {expected}); {_FIX}")
+            if md5:
+                check_md5(path, expected)
 
-    def import_archives(self) -> None:
-        src = self.source_dir
-        missing = [name for name in self.archive_names() if not (src / name).is_file()]
-        if missing:
-            raise DataError(
-                f"data.source_dir {src} lacks {', '.join(missing)}; it must hold the original archives "
-                f"{', '.join(self.archive_names())}"
-            )
-        raw_md5 = self.raw_md5()
-        for name, archive_md5 in self.dataset_cls.resources:
-            archive, target = src / name, self.raw_folder / name.removesuffix(".gz")
-            got_archive = md5sum(archive)
-            try:
-                with gzip.open(archive, "rb") as f:
-                    _atomic_copy_stream(f, target)
-            except (OSError, EOFError, gzip.BadGzipFile) as e:
-                raise DataError(
-                    f"{archive} is not a valid gzip archive ({e}); replace it with the original file"
-                ) from None
-            if got_archive != archive_md5:
-                got = md5sum(target)
-                if got != raw_md5[target.name]:
-                    target.unlink()
-                    raise DataError(
-                        f"{archive} fails its md5 check (archive md5 {got_archive}, expected {archive_md5}; "
-                        f"content md5 {got}, expected {raw_md5[target.name]}); replace it with the original file"
-                    )
-                log.info("%s is a re-compressed copy; its content matches the published md5", archive)
+    def import_archives(self, source_dir: Path) -> None:
+        import_idx_archives(self.dataset_cls, source_dir, self.raw_folder)
 
 
 class MNISTDataModule(_MNISTFamily):
@@ -544,33 +401,18 @@ class CIFAR10DataModule(VisionDataModule):
     def archive_names(self) -> list[str]:
         return [self.dataset_cls.filename]
 
+    def local_archive_dir(self) -> Path:
+        return self.data_dir
+
     def verify(self, md5: bool = True) -> None:
-        # torchvision's CIFAR10 checks these md5 sums on every load; we check first to name the bad file.
+        # torchvision's CIFAR10 md5-checks every batch file on each load, so setup (md5=False) checks presence
+        # only; prepare_data checks md5 first to name the bad file.
         for name, expected in self._file_md5s():
             path = self.base_folder / name
-            if not path.exists():
-                raise DataError(f"{path} is missing; {_FIX}")
-            if (got := md5sum(path)) != expected:
-                raise DataError(f"{path} fails its md5 check (got {got}, expected {expected}); {_FIX}")
+            if not path.is_file():
+                raise DataError(f"{path} is missing; {FIX}")
+            if md5:
+                check_md5(path, expected)
 
-    def import_archives(self) -> None:
-        archive = self.source_dir / self.dataset_cls.filename
-        if not archive.is_file():
-            raise DataError(
-                f"data.source_dir {self.source_dir} lacks {archive.name} (the original CIFAR-10 python archive)"
-            )
-        if (got := md5sum(archive)) != self.dataset_cls.tgz_md5:
-            raise DataError(
-                f"{archive} fails its md5 check (got {got}, expected {self.dataset_cls.tgz_md5}); "
-                "replace it with the original file"
-            )
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.data_dir, prefix=".extract-") as tmp:
-            try:
-                with tarfile.open(archive, "r:gz") as tar:
-                    tar.extractall(tmp, filter="data")
-            except (tarfile.TarError, OSError, EOFError) as e:
-                raise DataError(f"{archive} could not be extracted ({e}); replace it with the original file") from None
-            if self.base_folder.exists():
-                shutil.rmtree(self.base_folder)
-            os.replace(Path(tmp) / self.dataset_cls.base_folder, self.base_folder)
+    def import_archives(self, source_dir: Path) -> None:
+        import_cifar_archive(self.dataset_cls, source_dir, self.data_dir)

@@ -1,0 +1,234 @@
+"""The project's ``LightningCLI`` and the one-line error handling shared by every entry point.
+
+* :class:`ProjectCLI` -- LightningCLI over :class:`~project.module.ImageClassifier` and the data modules with
+  the project's defaults (TensorBoard under ``logs/``, best/last checkpoints by ``val/acc``, learning rate
+  every step, ``cudnn.enabled``), values typed as given, and shared config checks.
+* :func:`run_main` -- turns every user-caused failure (jsonargparse's, ours, Lightning's
+  ``MisconfigurationException``) into one ``error:`` line and an exit status.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import typing
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from jsonargparse import ArgumentError
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+
+from project.callbacks import (
+    CudnnFlags,
+    LocalAtomicCheckpointIO,
+    RunCheckpoint,
+    StepLearningRateMonitor,
+    Throughput,
+)
+from project.data import VisionDataModule
+from project.errors import ConfigError, UserError
+from project.module import ImageClassifier
+
+log = logging.getLogger("project")
+
+DEFAULT_LOGGER = {
+    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+    "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False},
+}
+DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
+
+
+class RunConfig(SaveConfigCallback):
+    """Lightning's ``SaveConfigCallback``, keeping every config a run folder ran with.
+
+    A new run writes ``config.yaml``; each resume into the same folder adds ``config-resume-<k>.yaml``
+    (k = 1, 2, ...), so the original config is never rewritten.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.already_saved or trainer.log_dir is None:
+            return super().setup(trainer, pl_module, stage)
+        log_dir = Path(trainer.log_dir)
+        if (log_dir / "config.yaml").exists():
+            k = len(list(log_dir.glob("config-resume-*.yaml"))) + 1
+            self.config_filename = f"config-resume-{k}.yaml"
+        return super().setup(trainer, pl_module, stage)
+
+
+def _int_before_float(parser: LightningArgumentParser) -> None:
+    """Make ``Union[float, int]`` options parse ``1`` as the int 1, not 1.0.
+
+    Lightning types e.g. ``limit_train_batches`` as ``float | int | None``: jsonargparse tries the types in
+    order, so ``--trainer.limit_train_batches 1`` became 1.0 (100 %) instead of one batch.
+    """
+    for action in parser._actions:
+        hint = getattr(action, "_typehint", None)
+        if typing.get_origin(hint) is typing.Union:
+            args = typing.get_args(hint)
+            if float in args and int in args and args.index(float) < args.index(int):
+                action._typehint = typing.Union[tuple([int, *(a for a in args if a is not int)])]  # noqa: UP007
+
+
+class ProjectCLI(LightningCLI):
+    """LightningCLI with the project's defaults and checks (``run=False``: the entry point calls the work).
+
+    Raises:
+        ConfigError, jsonargparse.ArgumentError: bad input, before anything is written.
+    """
+
+    def __init__(self, args: list[str] | None = None, prog: str = "python -m project.fit", **kwargs: Any) -> None:
+        super().__init__(
+            model_class=ImageClassifier,
+            datamodule_class=VisionDataModule,
+            subclass_mode_data=True,
+            save_config_callback=RunConfig,
+            run=False,
+            args=args,
+            seed_everything_default=42,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"exit_on_error": False, "allow_abbrev": False, "prog": prog, **kwargs},
+            auto_configure_optimizers=False,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help="resume training: a .ckpt file, a run folder, or 'last' / 'best' (newest run of this experiment)",
+        )
+        parser.add_argument(
+            "--trust_checkpoint",
+            type=bool,
+            default=False,
+            help="load a checkpoint that needs full unpickling (it can run code: only for files you made)",
+        )
+        parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(CudnnFlags, "cudnn")
+        # One seed: the split and shuffling order follow seed_everything.
+        parser.link_arguments("seed_everything", "data.init_args.seed")
+        parser.link_arguments("data", "model.num_classes", compute_fn=lambda d: d.num_classes, apply_on="instantiate")
+        parser.link_arguments("data", "model.input_shape", compute_fn=lambda d: d.input_shape, apply_on="instantiate")
+        parser.set_defaults(
+            {
+                "data": DEFAULT_DATA,
+                "trainer.logger": DEFAULT_LOGGER,
+                "trainer.max_epochs": 2,
+                "checkpoint.monitor": "val/acc",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "epoch{epoch:02d}-val_acc{val/acc:.4f}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+        _int_before_float(parser)
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config
+        if cfg.trainer.deterministic is True and cfg.trainer.benchmark:
+            raise ConfigError(
+                "trainer.deterministic: true and trainer.benchmark: true conflict (cudnn.benchmark picks "
+                "kernels by timing them, which is not deterministic); set one of them to false"
+            )
+        if cfg.trainer.limit_train_batches == 0:
+            raise ConfigError("trainer.limit_train_batches: 0 trains nothing; use a positive number of batches")
+        if cfg.ckpt_path is not None:
+            from project import runs
+
+            cfg.ckpt_path = str(runs.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger))
+            runs.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
+            runs.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
+
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        plugins = self.config_init.trainer.get("plugins") or []
+        plugins = plugins if isinstance(plugins, list) else [plugins]
+        if not any(hasattr(p, "save_checkpoint") for p in plugins):
+            kwargs["plugins"] = [*plugins, LocalAtomicCheckpointIO()]
+        with warnings.catch_warnings():
+            # Lightning says this as a long UserWarning with a source line; we say it once, plainly, below.
+            warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
+            trainer = super().instantiate_trainer(**kwargs)
+        trainer.callbacks.append(Throughput())
+        if trainer.loggers:
+            trainer.callbacks.append(StepLearningRateMonitor())
+        requested = str(self.config.trainer.precision)
+        requested = trainer.precision if requested == "None" else requested
+        if requested != trainer.precision and trainer.is_global_zero:
+            log.warning(
+                "precision %r is not supported on %s; training with %r (recorded in results.json)",
+                requested,
+                type(trainer.accelerator).__name__.removesuffix("Accelerator").upper(),
+                trainer.precision,
+            )
+        return trainer
+
+
+_GENERIC = ("Expected a <class 'NoneType'>", "Not a valid subclass", "a class path", "a dict ")
+
+
+def explain_parse_error(message: str) -> str:
+    """Boil jsonargparse's multi-line type error down to one line: the key, the value, what was expected.
+
+    A ``ConfigError`` raised while a class was instantiated (e.g. ``model.net: ...``) is passed through as is.
+    """
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    errors = [line[2:] for line in lines if line.startswith("- ")]
+    specific = [e for e in errors if not e.startswith(_GENERIC) and not e.startswith("Expected a ")]
+    if specific:
+        return specific[0]
+    key = re.search(r'Parser key "([^"]+)"', message)
+    given = re.search(r"(?:Given|Got) value: (.*)", message)
+    single = re.search(r"Expected a (.*?)\. Got value", message)
+    if single:
+        errors = [f"Expected a {single.group(1)}"]
+    expected = [
+        e.removeprefix("Expected a ") for e in errors if e.startswith("Expected a ") and not e.startswith(_GENERIC)
+    ]
+    expected = [re.sub(r"<class '(\w+)'>", r"\1", e).replace("typing.Literal", "one of ") for e in expected]
+    if key and given:
+        return f"{key.group(1)}: invalid value {given.group(1)!r}; expected {' or '.join(expected) or 'another type'}"
+    return lines[0] if lines else message
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    # Lightning advertises a cloud logger on every start; this project logs to TensorBoard.
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
+
+
+def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
+    """Build the CLI, do the work; every user-caused failure becomes one ``error:`` line on stderr.
+
+    Returns:
+        0 on success, 2 for a bad config (parse errors, :class:`ConfigError`, Lightning's
+        ``MisconfigurationException``), 1 for bad data or a failed run (:class:`UserError`).
+    """
+    setup_logging()
+    try:
+        cli = make_cli()
+    except (ArgumentError, ValueError) as e:
+        if not isinstance(e, (ArgumentError, ConfigError)) and "Does not validate" not in str(e):
+            raise
+        print(f"error: {explain_parse_error(str(e))} (see --help)", file=sys.stderr)
+        return 2
+    except MisconfigurationException as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    try:
+        work(cli)
+    except (ConfigError, MisconfigurationException) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except UserError as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())

@@ -1,0 +1,194 @@
+"""Data integrity and offline import: the original archives in, verified torchvision-layout files out.
+
+* MNIST family: ``train-images-idx3-ubyte.gz`` and friends are md5-checked (torchvision's published
+  sums; a re-compressed archive is accepted when its *content* matches the published raw files) and
+  decompressed into ``<data_dir>/<Dataset>/raw/``. IDX files are checked by size from their header on
+  every setup and by md5 in ``prepare_data`` -- torchvision checks them only at download time.
+* CIFAR-10: ``cifar-10-python.tar.gz`` is md5-checked, then extracted with ``tarfile``'s ``"data"`` filter
+  (no absolute paths, no ``..``, no links out, no devices) into a temporary folder that is renamed into
+  place. torchvision's own ``extract_archive`` does not set that filter, so it is not used for archives
+  that come from elsewhere.
+
+md5 sums are computed with ``torchvision.datasets.utils.calculate_md5``. Every write goes through a
+temporary file or folder and an atomic rename, and a failed import removes the folders it created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import logging
+import math
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from torchvision import datasets
+from torchvision.datasets.utils import calculate_md5
+
+from project.errors import DataError
+
+log = logging.getLogger(__name__)
+
+# md5 of the *extracted* IDX files. torchvision publishes md5 sums of the .gz archives only; these
+# let us verify extracted files and accept archives that were re-compressed (e.g. by a distribution
+# package) but hold the published bytes.
+RAW_MD5: dict[str, dict[str, str]] = {
+    "MNIST": {
+        "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
+        "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+        "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+        "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
+    },
+    "FashionMNIST": {
+        "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+        "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+        "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+        "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
+    },
+}
+
+FIX = (
+    "delete it and run again with data.download: true, or set data.source_dir to a folder holding the original archives"
+)
+
+_IDX_ITEMSIZE = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
+
+
+def check_idx_size(path: Path) -> None:
+    """Check that an IDX file (LeCun's MNIST format) is as long as its header says.
+
+    Raises:
+        DataError: bad magic number, or the file is shorter or longer than
+            ``header + prod(dims) * itemsize`` bytes.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(4)
+        if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_ITEMSIZE:
+            raise DataError(f"{path} is not an IDX file (bad magic number); {FIX}")
+        ndim = head[3]
+        dims_raw = f.read(4 * ndim)
+    if len(dims_raw) < 4 * ndim:
+        raise DataError(f"{path} is truncated ({size} bytes, header incomplete); {FIX}")
+    dims = [int.from_bytes(dims_raw[4 * i : 4 * i + 4], "big") for i in range(ndim)]
+    expected = 4 + 4 * ndim + math.prod(dims) * _IDX_ITEMSIZE[head[2]]
+    if size != expected:
+        raise DataError(f"{path} is truncated or corrupt ({size} bytes, its header says {expected}); {FIX}")
+
+
+def check_md5(path: Path, expected: str) -> None:
+    """Raise :class:`DataError` naming ``path`` when it is missing or its md5 is not ``expected``."""
+    if not path.is_file():
+        raise DataError(f"{path} is missing; {FIX}")
+    if (got := calculate_md5(path)) != expected:
+        raise DataError(f"{path} fails its md5 check (got {got}, expected {expected}); {FIX}")
+
+
+@contextlib.contextmanager
+def created_dirs(target: Path) -> Iterator[None]:
+    """Remove, on failure, the folders that did not exist before (``target`` and its missing parents).
+
+    A failed import or download then leaves the filesystem as it found it: no empty ``data/MNIST/raw``.
+    """
+    missing = [p for p in (target, *target.parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for p in missing:  # deepest first
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+        raise
+
+
+def _atomic_copy_stream(src: io.BufferedIOBase, dst: Path) -> None:
+    """Write ``src`` to ``dst`` through a temporary file in the same folder and an atomic rename."""
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def require_archives(source_dir: Path, names: list[str], what: str) -> None:
+    """Raise :class:`DataError` listing the archives ``source_dir`` lacks."""
+    missing = [name for name in names if not (source_dir / name).is_file()]
+    if missing:
+        raise DataError(
+            f"data.source_dir {source_dir} lacks {', '.join(missing)}; it must hold the original {what} "
+            f"archives {', '.join(names)}"
+        )
+
+
+def import_idx_archives(dataset_cls: type[datasets.MNIST], source_dir: Path, raw_folder: Path) -> None:
+    """Decompress the MNIST-family ``.gz`` archives of ``source_dir`` into ``raw_folder`` (md5-checked).
+
+    Raises:
+        DataError: an archive is missing, is not gzip, or neither it nor its content matches the published md5.
+    """
+    names = [name for name, _ in dataset_cls.resources]
+    require_archives(source_dir, names, dataset_cls.__name__)
+    raw_md5 = RAW_MD5[dataset_cls.__name__]
+    with created_dirs(raw_folder):
+        raw_folder.mkdir(parents=True, exist_ok=True)
+        for name, archive_md5 in dataset_cls.resources:
+            archive, target = source_dir / name, raw_folder / name.removesuffix(".gz")
+            got_archive = calculate_md5(archive)
+            try:
+                with gzip.open(archive, "rb") as f:
+                    _atomic_copy_stream(f, target)
+            except (OSError, EOFError, gzip.BadGzipFile) as e:
+                raise DataError(
+                    f"{archive} is not a valid gzip archive ({e}); replace it with the original file"
+                ) from None
+            if got_archive != archive_md5:
+                got = calculate_md5(target)
+                if got != raw_md5[target.name]:
+                    target.unlink()
+                    raise DataError(
+                        f"{archive} fails its md5 check (archive md5 {got_archive}, expected {archive_md5}; "
+                        f"content md5 {got}, expected {raw_md5[target.name]}); replace it with the original file"
+                    )
+                log.info("%s is a re-compressed copy; its content matches the published md5", archive)
+
+
+def import_cifar_archive(dataset_cls: type[datasets.CIFAR10], source_dir: Path, data_dir: Path) -> None:
+    """Extract ``cifar-10-python.tar.gz`` from ``source_dir`` into ``data_dir/cifar-10-batches-py``.
+
+    The archive's md5 is checked before anything is extracted; extraction uses the ``"data"`` filter.
+
+    Raises:
+        DataError: the archive is missing, fails its md5 check, cannot be extracted or lacks the folder.
+    """
+    require_archives(source_dir, [dataset_cls.filename], "CIFAR-10 python")
+    archive = source_dir / dataset_cls.filename
+    if (got := calculate_md5(archive)) != dataset_cls.tgz_md5:
+        raise DataError(
+            f"{archive} fails its md5 check (got {got}, expected {dataset_cls.tgz_md5}); "
+            "replace it with the original file"
+        )
+    base = data_dir / dataset_cls.base_folder
+    with created_dirs(data_dir):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=data_dir, prefix=".extract-") as tmp:
+            try:
+                with tarfile.open(archive, "r:gz") as tar:
+                    tar.extractall(tmp, filter="data")
+            except (tarfile.TarError, OSError, EOFError) as e:
+                raise DataError(f"{archive} could not be extracted ({e}); replace it with the original file") from None
+            extracted = Path(tmp) / dataset_cls.base_folder
+            if not extracted.is_dir():
+                raise DataError(
+                    f"{archive} holds no {dataset_cls.base_folder}/ folder; replace it with the original file"
+                )
+            if base.exists():
+                shutil.rmtree(base)
+            os.replace(extracted, base)

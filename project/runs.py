@@ -1,0 +1,209 @@
+"""The run folder: the one place that knows its layout.
+
+``<save_dir>/<name>/version_N/`` holds one run and its resumes::
+
+    config.yaml                  the config the run started with (never rewritten)
+    config-resume-<k>.yaml       the config of each resume into this folder
+    hparams.yaml, events.out.tfevents.*
+    checkpoints/last.ckpt, checkpoints/epochNN-val_acc*.ckpt
+    results.json                 written once the run has finished (atomically)
+
+Checkpoints are read with PyTorch's safe unpickler (``torch.load(weights_only=True)``): a file that
+needs more (a pickle that could run code) is refused unless the caller trusts it explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from project.errors import ConfigError
+
+RESULTS = "results.json"
+_VERSION = re.compile(r"version_(\d+)")
+
+
+def version_of(path: Path) -> int | None:
+    m = _VERSION.fullmatch(path.name)
+    return int(m.group(1)) if m else None
+
+
+def runs_of(experiment: Path) -> list[Path]:
+    """Run folders ``version_N`` of an experiment folder, oldest first (by N)."""
+    if not experiment.is_dir():
+        return []
+    found = [p for p in experiment.iterdir() if p.is_dir() and version_of(p) is not None]
+    return sorted(found, key=version_of)
+
+
+def run_of_checkpoint(ckpt: Path) -> Path | None:
+    """The run folder a checkpoint lies in (``<run>/checkpoints/<file>.ckpt``), or ``None``."""
+    ckpt = ckpt.resolve()
+    run = ckpt.parent.parent
+    if ckpt.parent.name == "checkpoints" and version_of(run) is not None:
+        return run
+    return None
+
+
+def checkpoint_of(run: Path, which: str = "last") -> Path:
+    """``last.ckpt`` or the best checkpoint (by the run's ``results.json``, else the newest non-last file).
+
+    Raises:
+        ConfigError: the run holds no such checkpoint.
+    """
+    folder = run / "checkpoints"
+    if which == "last":
+        path = folder / "last.ckpt"
+        if path.is_file():
+            return path
+    else:
+        best = read_results(run).get("best_ckpt") if (run / RESULTS).is_file() else None
+        if best and Path(best).is_file():
+            return Path(best)
+        candidates = sorted((p for p in folder.glob("*.ckpt") if p.name != "last.ckpt"), key=os.path.getmtime)
+        if candidates:
+            return candidates[-1]
+    raise ConfigError(f"{run} holds no {which} checkpoint (looked in {folder})")
+
+
+def _logger_dir(logger: Any) -> Path | None:
+    """``save_dir/name`` of a TensorBoardLogger config (a jsonargparse Namespace or dict), else ``None``."""
+    if logger is None or logger is False or "TensorBoardLogger" not in str(getattr(logger, "class_path", "")):
+        return None
+    args = logger.init_args
+    return Path(args.save_dir, args.name or "")
+
+
+def resolve_ckpt_path(spec: str, logger: Any) -> Path:
+    """Turn ``--ckpt_path`` into a checkpoint file.
+
+    ``last`` / ``best``: that checkpoint of the newest run of this experiment (``save_dir/name``);
+    a run folder: its ``last.ckpt``; a file: itself. Lightning's own ``"last"`` looks only in the new,
+    empty run folder.
+
+    Raises:
+        ConfigError: nothing to resume from, naming where it looked.
+    """
+    if spec in ("last", "best"):
+        experiment = _logger_dir(logger)
+        if experiment is None:
+            raise ConfigError(f"ckpt_path: {spec!r} needs a TensorBoardLogger to find the experiment's runs")
+        runs = [r for r in runs_of(experiment) if (r / "checkpoints").is_dir()]
+        if not runs:
+            raise ConfigError(f"ckpt_path: {spec!r}: no run with checkpoints under {experiment}; train one first")
+        return checkpoint_of(runs[-1], spec)
+    path = Path(spec)
+    if path.is_dir():
+        return checkpoint_of(path, "last")
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path: {spec} does not exist; give a .ckpt file, a run folder, or 'last' / 'best'")
+    return path
+
+
+def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
+    """Read a checkpoint with ``torch.load(weights_only=True)`` on the CPU.
+
+    Args:
+        trust: allow full unpickling (``weights_only=False``) -- only for files the user made: a crafted
+            pickle runs code when loaded.
+
+    Raises:
+        ConfigError: unreadable, not a Lightning checkpoint, or (untrusted) needing more than the safe
+            unpickler allows.
+    """
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=not trust)
+    except Exception as e:
+        unsafe = re.search(r"(Unsupported (global|class)|unsupported GLOBAL)[^\n]*", str(e))
+        if unsafe and not trust:
+            raise ConfigError(
+                f"ckpt_path: {path} needs more than PyTorch's safe unpickler ({unsafe.group(0).strip()}); "
+                "it may be unsafe: a crafted checkpoint runs code when loaded. Load it only if you made it: "
+                "--trust_checkpoint true"
+            ) from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"ckpt_path: {path} is not a readable checkpoint ({type(e).__name__}: {first})") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "loops" not in ckpt:
+        raise ConfigError(f"ckpt_path: {path} is not a Lightning training checkpoint (no state_dict/loops)")
+    return ckpt
+
+
+def resume_in_place(ckpt: Path, logger: Any) -> None:
+    """Point the logger at the run folder the checkpoint came from, so the run continues there.
+
+    Lightning would start a new ``version_N+1``; ModelCheckpoint would then forget the best score so far and
+    the curves would split over two folders. Only done when the checkpoint belongs to this experiment and no
+    logger version was set explicitly.
+    """
+    experiment = _logger_dir(logger)
+    run = run_of_checkpoint(ckpt)
+    if experiment is None or run is None or logger.init_args.version is not None:
+        return
+    if run.parent == experiment.resolve():
+        logger.init_args.version = version_of(run)
+
+
+def latest_config(run: Path) -> Path:
+    """The config the run last ran with: its newest ``config-resume-<k>.yaml``, else ``config.yaml``."""
+    resumes = sorted(run.glob("config-resume-*.yaml"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1]))
+    return resumes[-1] if resumes else run / "config.yaml"
+
+
+def read_results(run: Path) -> dict[str, Any]:
+    """The run's ``results.json`` as a dict.
+
+    Raises:
+        ConfigError: the run has no readable ``results.json`` (it has not finished).
+    """
+    path = run / RESULTS
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is missing or unreadable ({type(e).__name__}); has the run finished?") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a results object")
+    return data
+
+
+def write_results(run: Path, results: dict[str, Any]) -> Path:
+    """Write ``results.json`` through a temporary file and an atomic rename; returns its path."""
+    path = run / RESULTS
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def snapshot(run: Path | None) -> dict[Path, float]:
+    """Every file under ``run`` with its modification time (empty when the folder does not exist)."""
+    if run is None or not run.exists():
+        return {}
+    return {p: p.stat().st_mtime for p in run.rglob("*") if p.is_file()}
+
+
+def undo_since(run: Path, before: dict[Path, float]) -> bool:
+    """Remove what a failed command added to ``run``, unless it wrote a checkpoint worth keeping.
+
+    A new folder with no checkpoint is removed whole; in an existing folder (a resume), the files the
+    command created are removed. Returns whether anything was undone.
+    """
+    if not run.exists():
+        return False
+    now = snapshot(run)
+    new_ckpts = [p for p, t in now.items() if p.suffix == ".ckpt" and before.get(p) != t]
+    if new_ckpts:
+        return False
+    if not before:
+        import shutil
+
+        shutil.rmtree(run, ignore_errors=True)
+        return True
+    for p in now:
+        if p not in before:
+            p.unlink(missing_ok=True)
+    return True
