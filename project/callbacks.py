@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ModelPruning
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
@@ -29,6 +30,7 @@ from project.errors import require
 log = logging.getLogger(__name__)
 
 LAYER_TYPES: dict[str, type[nn.Module]] = {"Conv2d": nn.Conv2d, "Linear": nn.Linear}
+PruningAmount = restricted_number_type("PruningAmount", float, [(">=", 0), ("<", 1)], join="and")
 
 
 def sparsity(pairs: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
@@ -109,25 +111,22 @@ class Pruning(ModelPruning):
     def __init__(
         self,
         method: Literal["l1_unstructured", "random_unstructured", "ln_structured"] = "l1_unstructured",
-        amount: float = 0.5,
-        start_epoch: int = 0,
-        end_epoch: int | None = None,
+        amount: PruningAmount = 0.5,
+        start_epoch: NonNegativeInt = 0,
+        end_epoch: NonNegativeInt | None = None,
         global_pruning: bool = True,
-        layers: list[str] | None = None,
-        parameter_names: list[str] | None = None,
-        n: int = 1,
-        dim: int = 0,
+        layers: list[Literal["Conv2d", "Linear"]] | None = None,
+        parameter_names: list[Literal["weight", "bias"]] | None = None,
+        n: PositiveInt = 1,
+        dim: NonNegativeInt = 0,
         make_pruning_permanent: bool = True,
         lottery_ticket: bool = False,
-        verbose: int = 0,
+        verbose: Literal[0, 1, 2] = 0,
     ) -> None:
         require(0 <= amount < 1, "pruning amount", f"must be in [0, 1), got {amount}")
-        require(start_epoch >= 0, "pruning start_epoch", f"must be >= 0, got {start_epoch}")
         end_epoch = start_epoch if end_epoch is None else end_epoch
         require(end_epoch >= start_epoch, "pruning end_epoch", f"({end_epoch}) must be >= start_epoch ({start_epoch})")
         layers = layers or ["Conv2d", "Linear"]
-        bad = [name for name in layers if name not in LAYER_TYPES]
-        require(not bad, "pruning layers", f"unknown {bad}; choose from {sorted(LAYER_TYPES)}")
         structured = method == "ln_structured"
         require(
             not (structured and global_pruning),
@@ -207,6 +206,23 @@ class Pruning(ModelPruning):
                 "or raise trainer.max_epochs",
                 category=UserWarning,
             )
+
+    def apply_pruning(self, amount: float) -> None:
+        # torch's global_unstructured flattens weights and masks with .view(-1), which fails on channels_last
+        # tensors: prune on contiguous copies, then give the parameters back their memory format.
+        restore = []
+        for m, name in self._parameters_to_prune:
+            for attr in (f"{name}_orig", name, f"{name}_mask"):
+                t = getattr(m, attr, None)
+                if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                    if isinstance(t, nn.Parameter):
+                        t.data = t.data.contiguous()
+                        restore.append(t)
+                    else:
+                        setattr(m, attr, t.contiguous())
+        super().apply_pruning(amount)
+        for p in restore:
+            p.data = p.data.contiguous(memory_format=torch.channels_last)
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import typing
@@ -177,6 +178,11 @@ def explain_parse_error(message: str) -> str:
     A ``ConfigError`` raised while a class was instantiated (e.g. ``model.net: ...``) is passed through as is.
     """
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    restricted = re.search(r"Not of type (\w+): (.*?) does not conform to restriction (.*)", message)
+    if restricted:
+        keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
+        name, value, rule = restricted.groups()
+        return f"{'.'.join(keys)}: {value} is not a {name} (needs {rule.strip()})"
     errors = [line[2:] for line in lines if line.startswith("- ")]
     specific = [e for e in errors if not e.startswith(_GENERIC) and not e.startswith("Expected a ")]
     if specific:
@@ -224,10 +230,23 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
     except (ConfigError, MisconfigurationException) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except ValueError as e:
+        if not _raised_by_lightning(e):
+            raise
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
     except UserError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _raised_by_lightning(e: BaseException) -> bool:
+    """Whether Lightning itself raised ``e`` (its checks of Trainer settings against the data raise ValueError)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}lightning{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 def _one_line(e: BaseException) -> str:

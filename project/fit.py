@@ -107,7 +107,7 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
     """
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     ckpt_path = cli.config.ckpt_path
-    log_dir = Path(trainer.log_dir).resolve() if trainer.logger else None
+    log_dir = report.run_dir(trainer)
     if ckpt_path is not None:
         ckpt = runs.load_checkpoint(ckpt_path, trust=cli.config.trust_checkpoint)
         check_resume(ckpt, ckpt_path, cli)
@@ -136,10 +136,11 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
             runs.undo_since(log_dir, before)
         raise
     results = report.build_results(trainer, model, metrics, test_ckpt, cli.config)
-    if trainer.is_global_zero and log_dir is not None:
-        report.log_hparams(trainer, model, results)
-        trainer.logger.finalize("success")
-        runs.write_results(log_dir, results)
+    if trainer.is_global_zero:
+        if log_dir is not None:
+            report.log_hparams(trainer, model, results)
+            trainer.logger.finalize("success")
+            runs.write_results(log_dir, results)
         report.print_summary(results)
     return results
 

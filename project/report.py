@@ -17,8 +17,17 @@ def callback(trainer: L.Trainer, cls: type) -> Any:
     return next((c for c in trainer.callbacks if isinstance(c, cls)), None)
 
 
+def run_dir(trainer: L.Trainer) -> Path | None:
+    """The run folder the trainer logs into, or ``None`` (no logger, or ``fast_dev_run``, which logs nothing)."""
+    if trainer.logger is None or trainer.fast_dev_run or trainer.log_dir is None:
+        return None
+    return Path(trainer.log_dir).resolve()
+
+
 def _abs(path: str | None) -> str | None:
-    return str(Path(path).resolve()) if path else None
+    if not path:
+        return None
+    return path if "://" in path else str(Path(path).resolve())
 
 
 def build_results(
@@ -60,7 +69,7 @@ def build_results(
         "best_ckpt": _abs(best),
         "last_ckpt": _abs(ckpt_cb.last_model_path if ckpt_cb else ""),
         "test_ckpt": _abs(best) if test_ckpt else "final weights",
-        "log_dir": str(Path(trainer.log_dir).resolve()) if trainer.logger else None,
+        "log_dir": str(run_dir(trainer)) if run_dir(trainer) else None,
         "world_size": trainer.world_size,
         "accelerator": type(trainer.accelerator).__name__,
         "seed": config.seed_everything,
@@ -90,7 +99,7 @@ def print_summary(results: dict[str, Any]) -> None:
         ("params (nonzero)", f"{results['params']:,} ({results['nonzero_params']:,})"),
         ("sparsity", f"{results['sparsity']:.4f}"),
         ("precision", results["precision"]),
-        ("results", f"{results['log_dir']}/results.json"),
+        ("results", f"{results['log_dir']}/results.json" if results["log_dir"] else "not written (no run folder)"),
     ]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows), flush=True)

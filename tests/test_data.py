@@ -1,5 +1,6 @@
 import gzip
 import math
+import shutil
 
 import pytest
 import torch
@@ -115,9 +116,54 @@ def test_offline_download_fails_with_one_clear_message(tmp_path, monkeypatch):
     assert "\n" not in msg
 
 
+def test_failed_download_leaves_no_folders_behind(tmp_path, monkeypatch):
+    import torchvision
+
+    monkeypatch.setattr(torchvision.datasets.MNIST, "mirrors", ["http://127.0.0.1:9/a/"])
+    fresh = tmp_path / "fresh" / "data"
+    with pytest.raises(DataError):
+        MNISTDataModule(data_dir=str(fresh), download=True).prepare_data()
+    assert not (tmp_path / "fresh").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with pytest.raises(DataError):
+        MNISTDataModule(data_dir=str(existing), download=True).prepare_data()
+    assert list(existing.iterdir()) == []
+
+
+@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule])
+def test_archives_where_torchvision_downloads_them_are_used_not_fetched(cls, tiny_mnist, monkeypatch):
+    import torchvision
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("tried to download data that is on disk")
+
+    monkeypatch.setattr(torchvision.datasets.utils, "urlopen", no_network, raising=False)
+    monkeypatch.setattr(cls.dataset_cls, "download", no_network)
+    dm = cls(data_dir=str(tiny_mnist["data"]), download=True, val_size=100)
+    dm.raw_folder.mkdir(parents=True)
+    for archive in tiny_mnist["source"].iterdir():
+        shutil.copy(archive, dm.raw_folder / archive.name)  # torchvision's downloaded-not-extracted layout
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.split[0]) == 500 and all(p.is_file() for p in dm.expected_files())
+
+
+def test_cifar_archive_in_data_dir_is_used_not_fetched(tiny_cifar, monkeypatch):
+    def no_network(*args, **kwargs):
+        raise AssertionError("tried to download data that is on disk")
+
+    monkeypatch.setattr(CIFAR10DataModule.dataset_cls, "download", no_network)
+    data = tiny_cifar["data"]
+    data.mkdir(parents=True)
+    shutil.copy(tiny_cifar["source"] / "cifar-10-python.tar.gz", data)
+    dm = CIFAR10DataModule(data_dir=str(data), download=True, val_size=100)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.split[0]) == 400
+
+
 def test_bad_values_are_config_errors(tiny_mnist):
-    with pytest.raises(ConfigError, match="data.batch_size"):
-        MNISTDataModule(batch_size=0)
     dm = make(MNISTDataModule, tiny_mnist, val_size=600)
     dm.prepare_data()
     with pytest.raises(ConfigError, match=r"data.val_size: 600 must be smaller than the 600 training images"):

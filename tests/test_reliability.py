@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -141,3 +142,97 @@ def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
     assert len(list((run / "checkpoints").glob("*.ckpt"))) == 2
     events = list(run.glob("events.out.tfevents.*"))
     assert events and json.loads((run / "results.json").read_text())["epochs"] == 1
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc: parent pid is field 4 of /proc/<pid>/stat)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_leaves_no_orphan_processes(fashion_data, tmp_path):
+    """Loader workers, their fork server and the resource tracker all go when training is killed."""
+    args = ["--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
+            "--data.num_workers", "2", "--data.persistent_workers", "true", "--trainer.enable_progress_bar", "false"]
+    proc = subprocess.Popen([sys.executable, "-m", "project.fit", *args], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 120
+    kids: set[int] = set()
+    while time.time() < deadline and proc.poll() is None:
+        kids = descendants(proc.pid)
+        if len(kids) >= 4:  # resource tracker, fork server, 2 workers
+            break
+        time.sleep(0.2)
+    assert len(kids) >= 4, kids
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(alive(p) for p in kids):
+        time.sleep(0.2)
+    left = [p for p in kids if alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert left == [], "orphans outlived the training process by 10 s"
+
+
+BLOCKING_SAVE = """
+import sys, time, torch
+from pathlib import Path
+marker, args = Path(sys.argv[1]), sys.argv[2:]
+save, calls = torch.save, []
+
+def blocking_save(obj, f, *a, **k):
+    calls.append(1)
+    if len(calls) > 2:  # epoch 0 wrote its best and last checkpoints; block inside the next write
+        f.write(b"half a checkpoint")
+        f.flush()
+        marker.touch()
+        time.sleep(600)
+    return save(obj, f, *a, **k)
+
+torch.save = blocking_save
+from project.fit import main
+sys.exit(main(args))
+"""
+
+
+def test_kill_during_a_checkpoint_write_keeps_the_previous_last_ckpt(fashion_data, tmp_path):
+    marker = tmp_path / "writing"
+    args = ["--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
+            "--data.num_workers", "0", "--trainer.limit_train_batches", "5", "--trainer.limit_val_batches", "2",
+            "--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKING_SAVE, str(marker), *args], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.time() + 180
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert marker.exists(), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no save blocked"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (run,) = run_dirs(tmp_path / "logs")
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 5 and ckpt["epoch"] == 0  # the complete checkpoint of epoch 0
+    resumed = run_module([*args, "--ckpt_path", "last"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert results(run)["global_step"] == 15

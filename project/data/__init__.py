@@ -14,8 +14,8 @@ from project.data.modules import (
     FashionMNISTDataModule,
     MNISTDataModule,
     VisionDataModule,
-    worker_context,
 )
+from project.data.workers import worker_context
 
 __all__ = [
     "RAW_MD5",

@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import multiprocessing
 from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import datasets
@@ -43,22 +43,10 @@ from project.data.archives import (
     import_idx_archives,
 )
 from project.data.memory import EpochBatches
+from project.data.workers import worker_context, worker_init
 from project.errors import ConfigError, DataError, require
 
 log = logging.getLogger(__name__)
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """Start DataLoader workers from a fork server, not by forking the training process.
-
-    The training process runs threads (DDP's gloo and process observer, TensorBoard's event writer);
-    ``fork()`` copies a lock one of them holds and the new worker can block forever before it starts
-    (seen: a 2-process DDP run hanging in its test loop). The fork server is single-threaded and
-    preloads torch and torchvision, so workers still start quickly.
-    """
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torchvision", "project.data"])
-    return ctx
 
 
 class VisionDataModule(L.LightningDataModule):
@@ -96,18 +84,15 @@ class VisionDataModule(L.LightningDataModule):
         data_dir: str = "data",
         source_dir: str | None = None,
         download: bool = True,
-        batch_size: int = 64,
-        num_workers: int = 0,
+        batch_size: PositiveInt = 64,
+        num_workers: NonNegativeInt = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
-        val_size: int = 5000,
+        val_size: NonNegativeInt = 5000,
         seed: int = 42,
         in_memory: bool = False,
     ) -> None:
         super().__init__()
-        require(batch_size >= 1, "data.batch_size", f"must be >= 1, got {batch_size}")
-        require(num_workers >= 0, "data.num_workers", f"must be >= 0, got {num_workers}")
-        require(val_size >= 0, "data.val_size", f"must be >= 0, got {val_size}")
         if source_dir is not None:
             require(Path(source_dir).is_dir(), "data.source_dir", f"{source_dir} is not a folder")
         self.save_hyperparameters()
@@ -261,6 +246,7 @@ class VisionDataModule(L.LightningDataModule):
         return DataLoader(
             dataset,
             multiprocessing_context=worker_context() if hp.num_workers > 0 else None,
+            worker_init_fn=worker_init if hp.num_workers > 0 else None,
             batch_size=hp.batch_size,
             sampler=sampler,
             drop_last=drop_last,
@@ -278,9 +264,36 @@ class VisionDataModule(L.LightningDataModule):
         # No padding under DDP, so evaluation metrics count every sample exactly once.
         return UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
 
+    def check_sizes(self) -> None:
+        """Refuse splits that give no batches (after ``setup``).
+
+        Training must have at least one batch per process: ``len(train) // world_size`` images, fewer than
+        ``batch_size`` giving none when the last partial batch is dropped (``trainer.benchmark: true``);
+
+        Raises:
+            ConfigError: naming the sizes and the keys to change.
+        """
+        world, _ = self._world()
+        n_train = len(self.split[0])
+        per_rank = n_train // world
+        batch = self.hparams.batch_size
+        drop_last = torch.backends.cudnn.benchmark
+        if per_rank == 0 or (drop_last and per_rank < batch):
+            why = " and drops the last partial batch (trainer.benchmark: true)" if drop_last and per_rank else ""
+            raise ConfigError(
+                f"data: {n_train} training images ({self.hparams.val_size} of the official training set held out by "
+                f"data.val_size) over {world} process(es) with data.batch_size {batch}{why} give no training batch; "
+                "lower data.val_size or data.batch_size"
+            )
+
     def train_dataloader(self) -> Any:
-        """Shuffled training batches ``(x, y)``: x float32 (B, C, H, W) normalized, y int64 (B,)."""
+        """Shuffled training batches ``(x, y)``: x float32 (B, C, H, W) normalized, y int64 (B,).
+
+        Raises:
+            ConfigError: the split gives no training batch (see :meth:`check_sizes`).
+        """
         self.setup("fit")
+        self.check_sizes()
         if self.hparams.in_memory:
             return self._memory_batches("train")
         subset = Subset(self.train_set, self.split[0].tolist())
@@ -293,8 +306,17 @@ class VisionDataModule(L.LightningDataModule):
         return self._loader(dataset, self._sampler(dataset, False))
 
     def val_dataloader(self) -> Any:
-        """Validation batches (never augmented), same format as training."""
+        """Validation batches (never augmented), same format as training.
+
+        Raises:
+            ConfigError: ``val_size`` is 0 (the best checkpoint is chosen by ``val/acc``).
+        """
         self.setup("fit")
+        if len(self.split[1]) == 0:
+            raise ConfigError(
+                "data.val_size: 0 leaves no validation images, but the best checkpoint is chosen by val/acc; "
+                "set data.val_size >= 1 (or trainer.limit_val_batches: 0 to skip validation)"
+            )
         return self._eval_loader("val")
 
     def test_dataloader(self) -> Any:
