@@ -43,6 +43,7 @@ from torch.nn.utils import prune
 from torch.utils.data import Dataset
 
 from project import data as data_mod
+from project.callbacks import synced_time
 from project.cli import ProjectCLI, explain_parse_error
 from project.errors import DataError, UserError
 from project.module import ImageClassifier
@@ -102,11 +103,6 @@ def peak_memory_mib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class StepTimer(L.Callback):
     """Seconds between the end of step ``warmup`` and the end of the last step (device synchronized)."""
 
@@ -117,11 +113,9 @@ class StepTimer(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         step = trainer.global_step
         if step == self.warmup:
-            _sync(self.device)
-            self.t0 = time.perf_counter()
+            self.t0 = synced_time(self.device)
         elif step > self.warmup:
-            _sync(self.device)
-            self.t1 = time.perf_counter()
+            self.t1 = synced_time(self.device)
 
 
 class Bench:
@@ -132,6 +126,7 @@ class Bench:
         cli = ProjectCLI(["--config", args.config, "--trainer.logger", "false"], prog="python -m project.bench")
         self.net = cli.model.hparams.net
         self.optimizer = cli.model.optimizer
+        self.optimizer_name = type(self.optimizer([torch.nn.Parameter(torch.zeros(1))])).__name__
         self.data_cls = type(cli.datamodule)
         init = dict(cli.datamodule.hparams)
         self.batch_size = args.batch_size or init.get("batch_size", 64)
@@ -197,10 +192,8 @@ class Bench:
             opt.step()
             loss.item()  # the recipes print the running loss; Lightning's progress bar reads it too
             if step == self.warmup - 1:
-                _sync(self.device)
-                t0 = time.perf_counter()
-        _sync(self.device)
-        return time.perf_counter() - t0
+                t0 = synced_time(self.device)
+        return synced_time(self.device) - t0
 
     def lightning(
         self, in_memory: bool, pruned: bool = False, trainer_kw: dict | None = None, **model_kw: Any
@@ -239,10 +232,8 @@ class Bench:
         for step in range(self.warmup + self.steps):
             x, _ = next(it)
             if step == self.warmup - 1:
-                _sync(self.device)
-                t0 = time.perf_counter()
-        _sync(self.device)
-        return time.perf_counter() - t0
+                t0 = synced_time(self.device)
+        return synced_time(self.device) - t0
 
     def row_fn(self, name: str) -> tuple[dict[str, Any], Any]:
         mixed = "16-mixed" if self.device.type == "cuda" else "bf16-mixed"
@@ -296,6 +287,7 @@ class Bench:
                 "repeats_s": times[name],
                 "settings": {
                     "net": self.net,
+                    "optimizer": self.optimizer_name,
                     "dataset": self.data_cls.dataset_cls.__name__,
                     "synthetic": self.synthetic,
                     "batch_size": self.batch_size,

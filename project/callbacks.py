@@ -148,6 +148,7 @@ class Pruning(ModelPruning):
         self.layer_types = tuple(LAYER_TYPES[name] for name in layers)
         self._names: dict[int, str] = {}
         self._pending_masks: dict[str, torch.Tensor] | None = None
+        self._pruned = False
 
     @property
     def state_key(self) -> str:
@@ -157,9 +158,9 @@ class Pruning(ModelPruning):
         """The settings that decide which weights are pruned when (stored in checkpoints, compared on resume)."""
         return {
             "method": self.method,
-            "amount": self.target,
-            "start_epoch": self.start_epoch,
-            "end_epoch": self.end_epoch,
+            "amount": float(self.target),
+            "start_epoch": int(self.start_epoch),
+            "end_epoch": int(self.end_epoch),
             "layers": [t.__name__ for t in self.layer_types],
             "parameter_names": list(self._parameter_names),
             "global_pruning": bool(self._use_global_unstructured),
@@ -221,6 +222,7 @@ class Pruning(ModelPruning):
                     else:
                         setattr(m, attr, t.contiguous())
         super().apply_pruning(amount)
+        self._pruned = self._pruned or bool(amount)
         for p in restore:
             p.data = p.data.contiguous(memory_format=torch.channels_last)
 
@@ -234,11 +236,12 @@ class Pruning(ModelPruning):
         pl_module.log_dict({f"sparsity/{k}": v for k, v in stats.items()}, on_epoch=True)
 
     def state_dict(self) -> dict[str, Any]:
-        masks = {
-            f"{self._names[id(m)]}.{name}": getattr(m, f"{name}_mask").detach().cpu()
-            for m, name in self._parameters_to_prune
-            if hasattr(m, f"{name}_mask")
-        }
+        masks = {}
+        for m, name in self._parameters_to_prune:
+            if hasattr(m, f"{name}_mask"):
+                masks[f"{self._names[id(m)]}.{name}"] = getattr(m, f"{name}_mask").detach().cpu()
+            elif self._pruned:  # made permanent at the end of fit: the mask is where the zeros are
+                masks[f"{self._names[id(m)]}.{name}"] = (getattr(m, name) != 0).detach().cpu().to(torch.float32)
         return {"masks": masks, "schedule": self.schedule()}
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
@@ -263,6 +266,7 @@ class Pruning(ModelPruning):
         for key, mask in self._pending_masks.items():
             module, name = targets[key]
             prune.custom_from_mask(module, name, mask.to(getattr(module, name).device))
+            self._pruned = True
         log.info("restored %d pruning masks from the checkpoint", len(self._pending_masks))
         self._pending_masks = None
 
@@ -299,36 +303,48 @@ class CudnnFlags(Callback):
         }
 
 
+def synced_time(device: torch.device) -> float:
+    """``time.perf_counter()`` (seconds) after the device finished its queued work (CUDA is asynchronous).
+
+    The one clock of the project: :class:`Throughput` (``results.json``) and ``project.bench`` both use it.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class Throughput(Callback):
     """Times the training steps of each epoch (data loading included, validation excluded).
 
     Logs ``train/epoch_time_s`` (seconds) and ``train/samples_per_s`` (all ranks together) each epoch,
-    and keeps ``epoch_time_s`` / ``samples_per_s`` lists for ``results.json``. Also records the cudnn
-    flags in effect during training in ``flags``.
+    and keeps ``epoch_time_s`` / ``samples_per_s`` lists for ``results.json``. Times are taken with
+    :func:`synced_time`. Also records the cudnn flags in effect during training in ``flags``.
+
+    Lightning's ``ThroughputMonitor`` reports a rate over a sliding window of steps (nothing until the window
+    is full) and no per-epoch time, which is what ``results.json`` and the README's tables give.
     """
 
     def __init__(self) -> None:
         self.epoch_time_s: list[float] = []
         self.samples_per_s: list[float] = []
         self.flags: dict[str, bool] = {}
-        self._t0 = self._t_last = 0.0
+        self._t0 = 0.0
         self._samples = 0
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.flags = CudnnFlags.in_effect()
-        self._t0 = self._t_last = time.perf_counter()
+        self._t0 = synced_time(pl_module.device)
         self._samples = 0
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._samples += len(batch[1])
-        self._t_last = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._samples:
             return
-        seconds = self._t_last - self._t0
+        seconds = synced_time(pl_module.device) - self._t0
         rate = self._samples * trainer.world_size / seconds
         self.epoch_time_s.append(seconds)
         self.samples_per_s.append(rate)

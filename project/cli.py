@@ -42,6 +42,12 @@ DEFAULT_LOGGER = {
     "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False},
 }
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
+HELP_OVERVIEW = """The project's own options: --model.* (net, optimizer, lr_scheduler, channels_last, compile),
+--data.* (data_dir, source_dir, batch_size, num_workers, val_size, in_memory; see
+`--data.help project.data.FashionMNISTDataModule`), --checkpoint.*, --cudnn.enabled, --ckpt_path,
+--trust_checkpoint; pruning: --trainer.callbacks+=project.callbacks.Pruning (see
+`--trainer.callbacks.help project.callbacks.Pruning`). Every other --trainer.* option is Lightning's Trainer
+argument of the same name (full list below)."""
 
 
 class RunConfig(SaveConfigCallback):
@@ -59,6 +65,17 @@ class RunConfig(SaveConfigCallback):
             k = len(list(log_dir.glob("config-resume-*.yaml"))) + 1
             self.config_filename = f"config-resume-{k}.yaml"
         return super().setup(trainer, pl_module, stage)
+
+
+# Lightning 2.6's own pytree helper (lightning/pytorch/utilities/_pytree.py) builds torch's deprecated
+# ``LeafSpec()`` on every batch: torch >= 2.10 warns once per process. Not ours to fix; filtered by message
+# and module only.
+warnings.filterwarnings(
+    "ignore",
+    message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    category=FutureWarning,
+    module=r"lightning\.pytorch\.utilities\._pytree",
+)
 
 
 def _int_before_float(parser: LightningArgumentParser) -> None:
@@ -83,6 +100,7 @@ class ProjectCLI(LightningCLI):
     """
 
     def __init__(self, args: list[str] | None = None, prog: str = "python -m project.fit", **kwargs: Any) -> None:
+        kwargs["description"] = f"{kwargs.get('description', '')}\n\n{HELP_OVERVIEW}".strip()
         super().__init__(
             model_class=ImageClassifier,
             datamodule_class=VisionDataModule,
@@ -92,7 +110,14 @@ class ProjectCLI(LightningCLI):
             args=args,
             seed_everything_default=42,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False, "allow_abbrev": False, "prog": prog, **kwargs},
+            parser_kwargs={
+                "exit_on_error": False,
+                "allow_abbrev": False,
+                "prog": prog,
+                "usage": f"{prog} [--config CONFIG ...] [--model.* ...] [--data.* ...] [--trainer.* ...] "
+                "[--ckpt_path CKPT] [--print_config]",
+                **kwargs,
+            },
             auto_configure_optimizers=False,
         )
 

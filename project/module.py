@@ -20,6 +20,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from project.errors import ConfigError, DivergenceError
 from project.nets import NETS, build_net
+from project.runs import to_builtin
 
 
 class ImageClassifier(L.LightningModule):
@@ -61,6 +62,7 @@ class ImageClassifier(L.LightningModule):
         if num_classes < 2:
             raise ConfigError(f"model.num_classes: must be >= 2, got {num_classes}")
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        to_builtin(self.hparams)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.net = build_net(net, num_classes)
         if input_shape is not None and tuple(input_shape) != tuple(self.net.input_shape):

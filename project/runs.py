@@ -28,6 +28,14 @@ RESULTS = "results.json"
 _VERSION = re.compile(r"version_(\d+)")
 
 
+def to_builtin(hparams: Any) -> None:
+    """Turn jsonargparse's typed numbers (``PositiveInt``, ...) in saved hyper-parameters into plain
+    ``int``/``float`` in place, so checkpoints load with PyTorch's safe unpickler."""
+    for key, value in list(hparams.items()):
+        if isinstance(value, int | float) and not isinstance(value, bool) and type(value) not in (int, float):
+            hparams[key] = int(value) if isinstance(value, int) else float(value)
+
+
 def version_of(path: Path) -> int | None:
     m = _VERSION.fullmatch(path.name)
     return int(m.group(1)) if m else None

@@ -7,7 +7,6 @@ import gzip
 import hashlib
 import os
 import pickle
-import shutil
 import tarfile
 from pathlib import Path
 
@@ -124,11 +123,3 @@ def fashion_data(fashion_source, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fashion_data")
     data_mod.FashionMNISTDataModule(data_dir=str(root), source_dir=str(fashion_source)).prepare_data()
     return root
-
-
-@pytest.fixture
-def fashion_copy(fashion_data, tmp_path) -> Path:
-    """A private, writable copy of the imported Fashion-MNIST data_dir (for tests that damage files)."""
-    dst = tmp_path / "fashion"
-    shutil.copytree(fashion_data, dst)
-    return dst

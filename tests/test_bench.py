@@ -1,4 +1,4 @@
-"""A small run of ``python -m project.bench``: every row present, sane positive numbers. No timing thresholds."""
+"""A small run of ``python -m project.bench``: it runs the experiment it is given. No timing thresholds."""
 
 from __future__ import annotations
 
@@ -10,41 +10,53 @@ from helpers import REPO
 from project.bench import ALL_ROWS, main
 
 
-def run_bench(tmp_path, rows):
+def run_bench(tmp_path, rows, config=REPO / "configs/mnist.yaml"):
     out = tmp_path / "bench.json"
-    args = ["--config", str(REPO / "configs/mnist.yaml"), "--data_dir", str(tmp_path / "none"), "--device", "cpu",
+    args = ["--config", str(config), "--data_dir", str(tmp_path / "none"), "--device", "cpu",
             "--steps", "3", "--warmup", "2", "--repeats", "2", "--num_workers", "0", "--out", str(out),
             "--rows", *rows]  # fmt: skip
     assert main(args) == 0
     return json.loads(out.read_text()), out.with_suffix(".md").read_text()
 
 
-def check(rows, names):
-    assert [r["row"] for r in rows] == names
-    for r in rows:
-        assert r["samples_per_s"] > 0 and r["ms_per_step"] > 0 and r["peak_mem_mib"] > 10
-        assert len(r["repeats_s"]) == 2 and all(t > 0 for t in r["repeats_s"])
-        assert r["settings"]["synthetic"] is True and r["settings"]["batch_size"] == 64
-        assert r["settings"]["device"] == "cpu" and r["settings"]["net"] == "lenet"
-        assert r["samples_per_s"] == pytest.approx(3 * 64 / (r["ms_per_step"] * 3 / 1000))
-
-
-def test_bench_writes_every_row(tmp_path):
+def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
     names = [r for r in ALL_ROWS if r != "compile"]
     data, md = run_bench(tmp_path, names)
     rows = data["rows"]
-    check(rows, names)
+    assert [r["row"] for r in rows] == names
+    for r in rows:
+        assert r["samples_per_s"] > 0 and r["peak_mem_mib"] > 10 and len(r["repeats_s"]) == 2
+        s = r["settings"]
+        assert (s["synthetic"], s["batch_size"], s["device"], s["net"]) == (True, 64, "cpu", "lenet")
+        assert s["optimizer"] == "AdamW"  # configs/mnist.yaml's, not a hard-coded one
     by = {r["row"]: r for r in rows}
-    assert by["raw_loop"]["ratio"] == 1.0 and by["data_torchvision"]["ratio"] == 1.0
-    assert by["lightning"]["ratio"] == pytest.approx(by["lightning"]["samples_per_s"] / by["raw_loop"]["samples_per_s"])
-    assert by["data_in_memory"]["reference"] == "data_torchvision"
+    assert by["data_in_memory"]["reference"] == "data_torchvision" and by["lightning"]["reference"] == "raw_loop"
     assert by["mixed_precision"]["settings"]["precision"] == "bf16-mixed"
     assert by["pruned_50"]["settings"]["pruned"] == 0.5
     assert "synthetic" in data["header"] and md.count("\n| ") == len(names) + 1
 
 
+def test_bench_follows_another_config(tmp_path):
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(
+        "model:\n  net: simple_cnn\n  optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.05}}\n"
+        "data:\n  class_path: project.data.CIFAR10DataModule\n  init_args: {batch_size: 16}\n"
+    )
+    data, _ = run_bench(tmp_path, ["raw_loop", "lightning_in_memory"], config=cfg)
+    for r in data["rows"]:
+        s = r["settings"]
+        assert (s["net"], s["dataset"], s["batch_size"], s["optimizer"]) == ("simple_cnn", "CIFAR10", 16, "SGD")
+
+
+def test_bench_bad_config_is_one_error(tmp_path, capsys):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("model:\n  nett: lenet\n")
+    assert main(["--config", str(cfg), "--rows", "raw_loop", "--out", str(tmp_path / "b.json")]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert len(err) == 1 and "nett" in err[0]
+
+
 @pytest.mark.slow
 def test_bench_compile_row(tmp_path):
     data, _ = run_bench(tmp_path, ["raw_loop", "compile"])
-    check(data["rows"], ["raw_loop", "compile"])
-    assert data["rows"][1]["settings"]["compile"] is True
+    assert data["rows"][1]["settings"]["compile"] is True and data["rows"][1]["samples_per_s"] > 0

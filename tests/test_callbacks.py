@@ -91,9 +91,6 @@ def test_cudnn_enabled_switch(tiny_mnist, tmp_path, monkeypatch):
     assert torch.backends.cudnn.enabled is before  # restored after the run
 
 
-PRUNE = ["--trainer.callbacks+=project.callbacks.Pruning", "--trainer.callbacks.amount=0.6"]
-
-
 def pruning_args(paths, logs, epochs, *extra):
     return tiny_args(
         paths, logs, "--trainer.max_epochs", str(epochs), "--trainer.deterministic", "true",

@@ -45,6 +45,7 @@ from project.data.archives import (
 from project.data.memory import EpochBatches
 from project.data.workers import worker_context, worker_init
 from project.errors import ConfigError, DataError, require
+from project.runs import to_builtin
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class VisionDataModule(L.LightningDataModule):
         if source_dir is not None:
             require(Path(source_dir).is_dir(), "data.source_dir", f"{source_dir} is not a folder")
         self.save_hyperparameters()
+        to_builtin(self.hparams)
         self.data_dir = Path(data_dir)
         self.source_dir = Path(source_dir) if source_dir else None
         self.train_set: Dataset | None = None
@@ -398,6 +400,7 @@ class CIFAR10DataModule(VisionDataModule):
     def __init__(self, *args: Any, augment: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.save_hyperparameters()
+        to_builtin(self.hparams)
 
     def augments(self) -> bool:
         return bool(self.hparams.augment)
