@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -134,6 +135,13 @@ class ProjectCLI(LightningCLI):
             default=False,
             help="load a checkpoint that needs full unpickling (it can run code: only for files you made)",
         )
+        parser.add_argument(
+            "--auto_precision",
+            type=bool,
+            default=False,
+            help="when trainer.precision is not set: 16-mixed on a CUDA GPU, bf16-mixed on a CPU with native bf16 "
+            "(AVX512-BF16/AMX), else 32-true (the choice is recorded in results.json)",
+        )
         parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.add_lightning_class_args(CudnnFlags, "cudnn")
         # One seed: the split and shuffling order follow seed_everything.
@@ -161,6 +169,8 @@ class ProjectCLI(LightningCLI):
                 "trainer.deterministic: true and trainer.benchmark: true conflict (cudnn.benchmark picks "
                 "kernels by timing them, which is not deterministic); set one of them to false"
             )
+        if cfg.auto_precision and cfg.trainer.precision is None:
+            cfg.trainer.precision = fastest_precision(cfg.trainer.accelerator)
         if cfg.trainer.limit_train_batches == 0:
             raise ConfigError("trainer.limit_train_batches: 0 trains nothing; use a positive number of batches")
         if cfg.ckpt_path is not None:
@@ -192,6 +202,19 @@ class ProjectCLI(LightningCLI):
                 trainer.precision,
             )
         return trainer
+
+
+def fastest_precision(accelerator: Any) -> str:
+    """The mixed precision this machine runs fastest, for ``auto_precision``.
+
+    ``16-mixed`` when training on a CUDA GPU (tensor cores; the recipes' AMP trick), ``bf16-mixed`` on a CPU
+    whose oneDNN has native bf16 (AVX512-BF16 or AMX), else ``32-true``: without native bf16 the CPU emulates
+    it with conversions.
+    """
+    name = str(getattr(accelerator, "class_path", accelerator) or "auto").lower()
+    if torch.cuda.is_available() and ("auto" in name or "gpu" in name or "cuda" in name):
+        return "16-mixed"
+    return "bf16-mixed" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "32-true"
 
 
 _GENERIC = ("Expected a <class 'NoneType'>", "Not a valid subclass", "a class path", "a dict ")

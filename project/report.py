@@ -60,6 +60,7 @@ def build_results(
         "sparsity_per_layer": {k: v for k, v in stats.items() if k != "global"},
         "precision": trainer.precision,
         "requested_precision": str(config.trainer.precision),
+        "auto_precision": bool(config.get("auto_precision")),
         **flags,
         "channels_last": bool(model.hparams.channels_last),
         "compile": bool(model.hparams.compile),

@@ -285,3 +285,25 @@ def test_checkpoint_dirpath_on_a_url(tiny_mnist, tmp_path, monkeypatch):
     with fs.open(r["best_ckpt"], "rb") as f:
         assert "state_dict" in torch.load(f, weights_only=True)
     json.dumps(r)
+
+
+# -- the tuned configs run the fast path they declare -----------------------------------------------------------
+@pytest.mark.parametrize("config", ["mnist", "fashion_mnist", "cifar10"])
+def test_tuned_configs_use_their_fast_path(config, tiny_mnist, tiny_cifar, tmp_path, monkeypatch):
+    from project.cli import fastest_precision
+
+    monkeypatch.chdir(tmp_path)
+    paths = tiny_cifar if config == "cifar10" else tiny_mnist
+    args = ["--config", str(REPO / f"configs/{config}.yaml"), "--data.data_dir", str(paths["data"]),
+            "--data.source_dir", str(paths["source"]), "--data.val_size", "100", "--data.batch_size", "50",
+            "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
+            "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]  # fmt: skip
+    assert run_main(args) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    assert run.parent.name == config
+    r = results(run)
+    assert (r["in_memory"], r["channels_last"], r["auto_precision"]) == (True, True, True)
+    assert r["precision"] == fastest_precision("auto") and r["requested_precision"] == r["precision"]
+    # an explicit precision wins over the automatic choice
+    assert run_main([*args, "--trainer.precision", "32-true"]) == 0
+    assert results(run_dirs(tmp_path / "logs")[-1])["precision"] == "32-true"
