@@ -299,3 +299,21 @@ def _raised_by_lightning(e: BaseException) -> bool:
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
+
+
+def cli_for_run(run: Any, overrides: list[str], prog: str) -> ProjectCLI:
+    """The run's own experiment, rebuilt from its latest config (``config.yaml`` or the newest resume's).
+
+    No logger and no resume, so nothing is written into the run by rebuilding it; ``overrides`` are
+    ordinary CLI arguments (e.g. ``--data.data_dir``, ``--data.batch_size``, ``--trainer.accelerator cpu``).
+    The config may name any importable class: it is code, load only runs you trust.
+
+    Raises:
+        ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
+    """
+    from project import runs
+
+    args = ["--config", str(runs.latest_config(run)), "--trainer.logger", "false", "--ckpt_path", "null",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            *overrides]  # fmt: skip
+    return ProjectCLI(args, prog=prog)

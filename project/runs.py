@@ -178,12 +178,53 @@ def read_results(run: Path) -> dict[str, Any]:
     return data
 
 
-def write_results(run: Path, results: dict[str, Any]) -> Path:
-    """Write ``results.json`` through a temporary file and an atomic rename; returns its path."""
-    path = run / RESULTS
+def write_json(path: Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` as JSON through a temporary file and an atomic rename; returns ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
+    return path
+
+
+def write_results(run: Path, results: dict[str, Any]) -> Path:
+    """Write the run's ``results.json`` atomically; returns its path."""
+    return write_json(run / RESULTS, results)
+
+
+def find_run(spec: str | Path) -> Path:
+    """The run folder meant by ``spec``: a run folder, an experiment folder (its newest run), or a checkpoint.
+
+    Raises:
+        ConfigError: nothing that holds a run's ``config.yaml``.
+    """
+    path = Path(spec)
+    if path.is_file() and path.suffix == ".ckpt":
+        run = run_of_checkpoint(path)
+        if run is not None:
+            return run
+    if path.is_dir() and (path / "config.yaml").is_file():
+        return path
+    if path.is_dir():
+        found = [r for r in runs_of(path) if (r / "config.yaml").is_file()]
+        if found:
+            return found[-1]
+    raise ConfigError(
+        f"{spec} is not a run folder (logs/<experiment>/version_N with a config.yaml), an experiment folder or a "
+        "checkpoint inside a run"
+    )
+
+
+def checkpoint_arg(run: Path, which: str) -> Path:
+    """``best`` / ``last`` of ``run``, or a checkpoint file path.
+
+    Raises:
+        ConfigError: no such checkpoint.
+    """
+    if which in ("best", "last"):
+        return checkpoint_of(run, which)
+    path = Path(which)
+    if not path.is_file():
+        raise ConfigError(f"--ckpt: {which} is neither best, last nor a checkpoint file")
     return path
 
 

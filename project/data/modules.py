@@ -44,7 +44,7 @@ from project.data.archives import (
 )
 from project.data.memory import EpochBatches
 from project.data.workers import worker_context, worker_init
-from project.errors import ConfigError, DataError, require
+from project.errors import ConfigError, DataError
 from project.runs import to_builtin
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,6 @@ class VisionDataModule(L.LightningDataModule):
         in_memory: bool = False,
     ) -> None:
         super().__init__()
-        if source_dir is not None:
-            require(Path(source_dir).is_dir(), "data.source_dir", f"{source_dir} is not a folder")
         self.save_hyperparameters()
         to_builtin(self.hparams)
         self.data_dir = Path(data_dir)
@@ -143,6 +141,8 @@ class VisionDataModule(L.LightningDataModule):
         if not all(p.exists() for p in self.expected_files()):
             local = self.local_archive_dir()
             if self.source_dir is not None:
+                if not self.source_dir.is_dir():
+                    raise DataError(f"data.source_dir: {self.source_dir} is not a folder")
                 self.import_archives(self.source_dir)
             elif all((local / name).is_file() for name in self.archive_names()):
                 self.import_archives(local)
