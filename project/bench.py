@@ -103,6 +103,34 @@ def peak_memory_mib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def gemm_gflops(device: torch.device, dtype: torch.dtype, n: int | None = None, reps: int = 10) -> float:
+    """The machine's matmul ceiling: GFLOP/s of an (n x n) @ (n x n) product in ``dtype`` (2 n^3 FLOPs each).
+
+    ``n`` defaults to 1024 on a CPU and 8192 on a GPU; the best of ``reps`` timed products after one warm-up.
+    """
+    n = n or (8192 if device.type == "cuda" else 1024)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t0 = synced_time(device)
+        a @ b
+        best = min(best, synced_time(device) - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def train_flops_per_sample(net: torch.nn.Module, input_shape: tuple[int, ...], batch: int = 8) -> float:
+    """FLOPs of one training step per sample (forward + backward), counted by ``torch.utils.flop_counter``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(batch, *input_shape)
+    with FlopCounterMode(display=False) as counter:
+        net(x).sum().backward()
+    net.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / batch
+
+
 class StepTimer(L.Callback):
     """Seconds between the end of step ``warmup`` and the end of the last step (device synchronized)."""
 
@@ -264,6 +292,25 @@ class Bench:
         }
         return table[name]
 
+    def add_ceiling(self, results: list[dict[str, Any]]) -> None:
+        """Each training row's achieved GFLOP/s and its fraction of the measured GEMM ceiling of its dtype."""
+        flops = train_flops_per_sample(self.model().net, self.data_cls.input_shape)
+        low = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        self.ceiling = {
+            "fp32": gemm_gflops(self.device, torch.float32),
+            str(low).split(".")[-1]: gemm_gflops(self.device, low),
+        }
+        self.flops_per_sample = flops
+        for r in results:
+            if r["row"].startswith("data_"):
+                r["gflops"] = r["ceiling_fraction"] = None
+                continue
+            precision = str(r["settings"].get("precision", "32-true"))
+            key = "fp32" if precision.startswith("32") else str(low).split(".")[-1]
+            r["gflops"] = r["samples_per_s"] * flops / 1e9
+            r["ceiling_fraction"] = r["gflops"] / self.ceiling[key]
+            r["ceiling_dtype"] = key
+
     def run(self, rows: list[str]) -> list[dict[str, Any]]:
         """Time every row ``repeats`` times, interleaved (row 1, row 2, ..., row 1, ...) so that slow
         phases of a noisy machine hit all rows alike; report the median per row."""
@@ -299,6 +346,7 @@ class Bench:
             }
             results.append(row)
             log.info("%-20s %10.0f samples/s %8.2f ms/step", name, row["samples_per_s"], row["ms_per_step"])
+        self.add_ceiling(results)
         # Training rows compare with the raw recipe loop, data-only rows with the torchvision DataLoader.
         speed = {r["row"]: r["samples_per_s"] for r in results}
         for r in results:
@@ -312,13 +360,16 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     lines = [
         header,
         "",
-        "| row | samples/s | ms/step | peak MiB | × reference |",
-        "|---|---:|---:|---:|---:|",
+        "| row | samples/s | ms/step | peak MiB | × reference | GFLOP/s | of GEMM ceiling |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ratio = f"{r['ratio']:.2f} ({r['reference']})" if r["ratio"] else "-"
+        gflops = f"{r['gflops']:.1f}" if r.get("gflops") else "-"
+        frac = f"{100 * r['ceiling_fraction']:.1f} % ({r['ceiling_dtype']})" if r.get("ceiling_fraction") else "-"
         lines.append(
-            f"| {r['row']} | {r['samples_per_s']:,.0f} | {r['ms_per_step']:.2f} | {r['peak_mem_mib']:,.0f} | {ratio} |"
+            f"| {r['row']} | {r['samples_per_s']:,.0f} | {r['ms_per_step']:.2f} | {r['peak_mem_mib']:,.0f} | {ratio} "
+            f"| {gflops} | {frac} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -366,11 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     synthetic = " (synthetic)" if bench.synthetic else ""
     header = (
         f"{bench.net} / {bench.data_cls.dataset_cls.__name__}{synthetic}, batch {bench.batch_size}, "
-        f"{args.steps} steps × {args.repeats} (median), {where}, torch {torch.__version__}, {when}"
+        f"{args.steps} steps × {args.repeats} (median), {where}, torch {torch.__version__}, {when}; "
+        f"training {bench.flops_per_sample / 1e6:.1f} MFLOP/sample; GEMM ceiling "
+        + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in bench.ceiling.items())
     )
     table = markdown(rows, header)
     out = Path(args.out)
-    out.write_text(json.dumps({"header": header, "rows": rows}, indent=2) + "\n")
+    meta = {"flops_per_sample": bench.flops_per_sample, "gemm_gflops": bench.ceiling}
+    out.write_text(json.dumps({"header": header, **meta, "rows": rows}, indent=2) + "\n")
     out.with_suffix(".md").write_text(table)
     print(table)
     print(f"wrote {out} and {out.with_suffix('.md')}")

@@ -35,12 +35,13 @@ from project.callbacks import (
 from project.data import VisionDataModule
 from project.errors import ConfigError, UserError
 from project.module import ImageClassifier
+from project.report import TensorBoardLayout
 
 log = logging.getLogger("project")
 
 DEFAULT_LOGGER = {
     "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-    "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False},
+    "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False, "log_graph": True},
 }
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
 HELP_OVERVIEW = """The project's own options: --model.* (net, optimizer, lr_scheduler, channels_last, compile),
@@ -191,7 +192,7 @@ class ProjectCLI(LightningCLI):
             trainer = super().instantiate_trainer(**kwargs)
         trainer.callbacks.append(Throughput())
         if trainer.loggers:
-            trainer.callbacks.append(StepLearningRateMonitor())
+            trainer.callbacks += [StepLearningRateMonitor(), TensorBoardLayout()]
         requested = str(self.config.trainer.precision)
         requested = trainer.precision if requested == "None" else requested
         if requested != trainer.precision and trainer.is_global_zero:

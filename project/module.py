@@ -23,36 +23,6 @@ from project.nets import NETS, build_net
 from project.runs import to_builtin
 
 
-def confusion_figure(confusion: torch.Tensor, labels: list[str] | None = None) -> Any:
-    """A matplotlib figure of a confusion matrix (rows: true class), readable at TensorBoard's card size.
-
-    Cells are shaded by the row-normalized rate (recall) and print the count; class names label both axes.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    counts = confusion.cpu().numpy()
-    rates = counts / counts.sum(1, keepdims=True).clip(min=1)
-    n = len(counts)
-    labels = labels or [str(i) for i in range(n)]
-    fig, ax = plt.subplots(figsize=(6, 6), dpi=100)
-    ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
-    for i in range(n):
-        for j in range(n):
-            ax.text(j, i, int(counts[i, j]), ha="center", va="center", fontsize=8,
-                    color="white" if rates[i, j] > 0.5 else "black")  # fmt: skip
-    ax.set_xticks(range(n), labels, rotation=45, ha="right", fontsize=9)
-    ax.set_yticks(range(n), labels, fontsize=9)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    acc = counts.trace() / max(counts.sum(), 1)
-    ax.set_title(f"test confusion matrix (acc {acc:.4f}, {int(counts.sum())} images)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
 class ImageClassifier(L.LightningModule):
     """Train one of the recipe nets (:mod:`project.nets`) on (N, C, H, W) float batches.
 
@@ -91,7 +61,8 @@ class ImageClassifier(L.LightningModule):
         super().__init__()
         if num_classes < 2:
             raise ConfigError(f"model.num_classes: must be >= 2, got {num_classes}")
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        # logger=False: the run's HPARAMS entry is written once, at the end, by project.report
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"], logger=False)
         to_builtin(self.hparams)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.net = build_net(net, num_classes)
@@ -148,22 +119,32 @@ class ImageClassifier(L.LightningModule):
         self.log("val/acc", self.val_acc, prog_bar=True)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
         loss, logits, y = self._shared_step(batch)
         self.test_acc.update(logits, y)
         self.test_confmat.update(logits, y)
         self.log("test/loss", loss, batch_size=len(y), sync_dist=True)
         self.log("test/acc", self.test_acc)
+        # for the report (rank 0's share under DDP): class probabilities, and the first misclassified images
+        probs = torch.softmax(logits.float(), dim=1)
+        self.test_outputs["probs"].append(probs.cpu())
+        self.test_outputs["targets"].append(y.cpu())
+        wrong = (probs.argmax(1) != y).nonzero().flatten()[: 64 - self.test_outputs["n_wrong"]]
+        if len(wrong):
+            self.test_outputs["wrong"].append((x[wrong].float().cpu(), y[wrong].cpu(), probs[wrong].argmax(1).cpu()))
+            self.test_outputs["n_wrong"] += len(wrong)
 
     def on_test_epoch_start(self) -> None:
         self.test_confmat.reset()
+        self.test_outputs: dict[str, Any] = {"probs": [], "targets": [], "wrong": [], "n_wrong": 0}
 
     def on_test_epoch_end(self) -> None:
         # compute() syncs across DDP ranks, so every rank holds the full-test-set matrix (rows: true class).
         self.test_confusion = self.test_confmat.compute().cpu()
-        writer = getattr(self.logger, "experiment", None) if self.logger else None
-        if self.trainer.is_global_zero and hasattr(writer, "add_figure"):
-            labels = getattr(self.trainer.datamodule, "classes", None)
-            writer.add_figure("test/confusion_matrix", confusion_figure(self.test_confusion, labels), self.global_step)
+        if self.trainer.is_global_zero:
+            from project.report import write_test_report
+
+            write_test_report(self.trainer, self)
 
     def configure_optimizers(self) -> Any:
         try:

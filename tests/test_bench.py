@@ -34,6 +34,16 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
     assert by["mixed_precision"]["settings"]["precision"] == "bf16-mixed"
     assert by["pruned_50"]["settings"]["pruned"] == 0.5
     assert "synthetic" in data["header"] and md.count("\n| ") == len(names) + 1
+    # LeNet: 2.29 M multiply-adds forward (conv 0.29 M + 1.6 M, linear 0.4 M + 5 k); training is about 3x
+    # that in FLOPs, less conv1's input gradient (not needed)
+    assert 12e6 < data["flops_per_sample"] < 14e6
+    assert data["gemm_gflops"]["fp32"] > 1 and data["gemm_gflops"]["bfloat16"] > 0
+    for r in rows:
+        if r["row"].startswith("data_"):
+            assert r["gflops"] is None
+        else:
+            assert r["gflops"] == pytest.approx(r["samples_per_s"] * data["flops_per_sample"] / 1e9)
+            assert 0 < r["ceiling_fraction"] < 2
 
 
 def test_bench_follows_another_config(tmp_path):

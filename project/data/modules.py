@@ -57,7 +57,9 @@ class VisionDataModule(L.LightningDataModule):
         data_dir: where extracted data lives (torchvision's layout); created if missing.
         source_dir: folder with the original published archives to import offline (md5-checked); optional.
         download: let torchvision download missing files (needs network access).
-        batch_size: samples per batch (per process under DDP).
+        batch_size: samples per training batch (per process under DDP).
+        eval_batch_size: samples per validation/test batch; default ``batch_size``. Evaluation keeps no
+            activations for a backward pass, so a larger batch is faster and changes no result.
         num_workers: DataLoader worker processes (torchvision path only).
         pin_memory: DataLoader ``pin_memory`` (useful when training on a GPU).
         persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).
@@ -86,6 +88,7 @@ class VisionDataModule(L.LightningDataModule):
         source_dir: str | None = None,
         download: bool = True,
         batch_size: PositiveInt = 64,
+        eval_batch_size: PositiveInt | None = None,
         num_workers: NonNegativeInt = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
@@ -94,7 +97,7 @@ class VisionDataModule(L.LightningDataModule):
         in_memory: bool = False,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)
         to_builtin(self.hparams)
         self.data_dir = Path(data_dir)
         self.source_dir = Path(source_dir) if source_dir else None
@@ -232,7 +235,7 @@ class VisionDataModule(L.LightningDataModule):
             images,
             targets,
             self._sampler(range(len(targets)), train),
-            batch_size=self.hparams.batch_size,
+            batch_size=self.hparams.batch_size if train else self.eval_batch_size,
             mean=self.mean,
             std=self.std,
             augment=train and self.augments(),
@@ -243,13 +246,17 @@ class VisionDataModule(L.LightningDataModule):
         """Whether training batches are augmented (CIFAR-10 with ``augment: true`` only)."""
         return False
 
-    def _loader(self, dataset: Dataset, sampler: Any, drop_last: bool = False) -> DataLoader:
+    @property
+    def eval_batch_size(self) -> int:
+        return self.hparams.eval_batch_size or self.hparams.batch_size
+
+    def _loader(self, dataset: Dataset, sampler: Any, drop_last: bool = False, train: bool = False) -> DataLoader:
         hp = self.hparams
         return DataLoader(
             dataset,
             multiprocessing_context=worker_context() if hp.num_workers > 0 else None,
             worker_init_fn=worker_init if hp.num_workers > 0 else None,
-            batch_size=hp.batch_size,
+            batch_size=hp.batch_size if train else self.eval_batch_size,
             sampler=sampler,
             drop_last=drop_last,
             num_workers=hp.num_workers,
@@ -299,7 +306,7 @@ class VisionDataModule(L.LightningDataModule):
         if self.hparams.in_memory:
             return self._memory_batches("train")
         subset = Subset(self.train_set, self.split[0].tolist())
-        return self._loader(subset, self._sampler(subset, True), drop_last=torch.backends.cudnn.benchmark)
+        return self._loader(subset, self._sampler(subset, True), drop_last=torch.backends.cudnn.benchmark, train=True)
 
     def _eval_loader(self, stage: str) -> Any:
         if self.hparams.in_memory:
@@ -399,7 +406,7 @@ class CIFAR10DataModule(VisionDataModule):
 
     def __init__(self, *args: Any, augment: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)
         to_builtin(self.hparams)
 
     def augments(self) -> bool:
