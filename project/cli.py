@@ -172,6 +172,10 @@ class ProjectCLI(LightningCLI):
             )
         if cfg.auto_precision and cfg.trainer.precision is None:
             cfg.trainer.precision = fastest_precision(cfg.trainer.accelerator)
+        logger = cfg.trainer.logger
+        if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
+            # TensorBoard's graph is a torch.jit.trace, which cannot trace a torch.compile'd forward.
+            logger.init_args.log_graph = False
         if cfg.trainer.limit_train_batches == 0:
             raise ConfigError("trainer.limit_train_batches: 0 trains nothing; use a positive number of batches")
         if cfg.ckpt_path is not None:

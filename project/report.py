@@ -100,7 +100,8 @@ HP_METRICS = ("test_acc", "test_loss", "best_val_acc", "train_samples_per_s", "s
 
 def _writer(trainer: L.Trainer) -> Any:
     """The TensorBoard ``SummaryWriter`` of rank 0's logger, or ``None``."""
-    if not trainer.is_global_zero or run_dir(trainer) is None:
+    # Not trainer.log_dir: under DDP that is a collective (a broadcast), and this runs on rank 0 only.
+    if not trainer.is_global_zero or trainer.logger is None or trainer.fast_dev_run:
         return None
     writer = getattr(trainer.logger, "experiment", None)
     return writer if hasattr(writer, "add_custom_scalars") else None

@@ -4,7 +4,7 @@
 
     config.yaml                  the config the run started with (never rewritten)
     config-resume-<k>.yaml       the config of each resume into this folder
-    hparams.yaml, events.out.tfevents.*
+    events.out.tfevents.*        TensorBoard: curves, layout, HPARAMS, images, PR curves, graph
     checkpoints/last.ckpt, checkpoints/epochNN-val_acc*.ckpt
     results.json                 written once the run has finished (atomically)
 

@@ -43,7 +43,9 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
             assert r["gflops"] is None
         else:
             assert r["gflops"] == pytest.approx(r["samples_per_s"] * data["flops_per_sample"] / 1e9)
-            assert 0 < r["ceiling_fraction"] < 2
+            assert r["ceiling_fraction"] > 0
+            if r["ceiling_dtype"] == "fp32":  # a CPU without native bf16 emulates bf16 GEMMs: no bound there
+                assert r["ceiling_fraction"] < 1.5
 
 
 def test_bench_follows_another_config(tmp_path):
