@@ -95,6 +95,7 @@ LAYOUT: dict[str, dict[str, list]] = {
     "Pruning": {"Sparsity (global, per layer)": ["Multiline", [r"sparsity/.*"]]},
 }
 
+KEY_HPARAMS = ("net", "dataset", "optimizer", "lr", "batch_size", "max_epochs", "precision", "pruning_amount", "seed")
 HP_METRICS = ("test_acc", "test_loss", "best_val_acc", "train_samples_per_s", "sparsity", "nonzero_params")
 
 
@@ -174,7 +175,8 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
             kind, start.hparams[name].string_value = api_pb2.DATA_TYPE_STRING, value
         else:
             kind, start.hparams[name].number_value = api_pb2.DATA_TYPE_FLOAT64, value
-        info = api_pb2.HParamInfo(name=name, type=kind)
+        # TensorBoard lists (and ticks) hparams marked `differs` first: the ones users compare runs by.
+        info = api_pb2.HParamInfo(name=name, type=kind, differs=name in KEY_HPARAMS)
         if name in domains:
             info.domain_discrete.CopyFrom(struct_pb2.ListValue(values=[struct_pb2.Value(string_value=v)
                                                                          for v in domains[name]]))  # fmt: skip
