@@ -134,6 +134,15 @@ class ImageClassifier(L.LightningModule):
             self.test_outputs["wrong"].append((x[wrong].float().cpu(), y[wrong].cpu(), probs[wrong].argmax(1).cpu()))
             self.test_outputs["n_wrong"] += len(wrong)
 
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        """Class probabilities (N, num_classes), float32, rows summing to 1 (softmax of the logits).
+
+        ``batch`` is x (N, C, H, W) or ``(x, y)``; the data modules' ``predict_dataloader`` gives either, so
+        ``Trainer.predict(model, datamodule=dm)`` works on the test set or on image files (``dm.predict_on``).
+        """
+        x = batch[0] if isinstance(batch, tuple | list) else batch
+        return torch.softmax(self(x).float(), dim=1)
+
     def on_test_epoch_start(self) -> None:
         self.test_confmat.reset()
         self.test_outputs: dict[str, Any] = {"probs": [], "targets": [], "wrong": [], "n_wrong": 0}

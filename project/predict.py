@@ -17,105 +17,60 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image, UnidentifiedImageError
 
 from project import runs
 from project.cli import ProjectCLI, cli_for_run, run_main
-from project.errors import ConfigError, UserError
+from project.data.images import IMAGE_SUFFIXES, MAX_PIXELS, image_files, load_image  # noqa: F401  (public here too)
+from project.errors import UserError
 from project.evaluate import load_weights
-
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
-MAX_PIXELS = 4096 * 4096  # far above any recipe input; refused before decoding
 
 
 @dataclass
 class Job:
     cli: ProjectCLI
-    inputs: list[Path]
+    inputs: list[str]
     out: Path
     top_k: int
 
 
-def image_files(inputs: list[str]) -> list[Path]:
-    """Files named, plus the image files under each folder named (recursive, sorted).
-
-    Raises:
-        ConfigError: an input does not exist.
-    """
-    files: list[Path] = []
-    for spec in inputs:
-        path = Path(spec)
-        if path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise ConfigError(f"{spec} does not exist; give image files or folders of them")
-    return files
-
-
-def load_image(path: Path, mode: str, size: tuple[int, int]) -> Image.Image:
-    """Open ``path`` as a ``mode`` image of ``size`` (W, H).
-
-    Raises:
-        UserError: not an image, truncated, or more than ``MAX_PIXELS`` pixels.
-    """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
-                if img.width * img.height > MAX_PIXELS:
-                    raise UserError(f"{path}: {img.width}x{img.height} pixels is more than {MAX_PIXELS}; refused")
-                img.load()
-                return img.convert(mode).resize(size, Image.Resampling.BILINEAR)
-    except UnidentifiedImageError:
-        raise UserError(f"{path}: not an image PIL can read") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise UserError(f"{path}: refused as a decompression bomb ({e})") from None
-    except (OSError, SyntaxError, ValueError) as e:
-        raise UserError(f"{path}: unreadable image ({e})") from None
-
-
 def predict(job: Job) -> list[dict[str, Any]]:
-    """Classify every readable input; returns the CSV rows. Exits 1 (via :class:`UserError`) if any failed."""
-    model, data = job.cli.model.eval(), job.cli.datamodule
-    channels, height, width = data.input_shape
-    mode = "L" if channels == 1 else "RGB"
-    transform = data.eval_transform()
+    """Classify every readable input with ``Trainer.predict`` (the module's ``predict_step``, the data module's
+    ``predict_dataloader``); write the CSV; return its rows.
+
+    Raises:
+        UserError: some inputs could not be read (after the others were classified and written; exit 1).
+    """
+    model, data = job.cli.model, job.cli.datamodule
+    images = data.predict_on(job.inputs)
+    for _, reason in images.refused:
+        print(f"error: {reason}", file=sys.stderr)
     classes = data.classes
     k = min(job.top_k, len(classes))
-    rows, failed = [], []
-    for path in job.inputs:
-        try:
-            x = transform(load_image(path, mode, (width, height))).unsqueeze(0)
-        except UserError as e:
-            print(f"error: {e}", file=sys.stderr)
-            failed.append(path)
-            continue
-        with torch.no_grad():
-            probs = torch.softmax(model(x).float(), dim=1)[0]
-        top = torch.topk(probs, k)
-        row: dict[str, Any] = {"path": str(path), "pred": int(top.indices[0]), "label": classes[int(top.indices[0])],
-                               "prob": round(float(top.values[0]), 6)}  # fmt: skip
-        for i in range(k):
-            row[f"top{i + 1}_label"] = classes[int(top.indices[i])]
-            row[f"top{i + 1}_prob"] = round(float(top.values[i]), 6)
-        rows.append(row)
-    if rows:
+    rows: list[dict[str, Any]] = []
+    if len(images):
+        probs = torch.cat(job.cli.trainer.predict(model, datamodule=data))
+        top = torch.topk(probs, k, dim=1)
+        for path, values, indices in zip(images.files, top.values.tolist(), top.indices.tolist()):
+            row: dict[str, Any] = {"path": str(path), "pred": indices[0], "label": classes[indices[0]],
+                                   "prob": round(values[0], 6)}  # fmt: skip
+            for i in range(k):
+                row[f"top{i + 1}_label"] = classes[indices[i]]
+                row[f"top{i + 1}_prob"] = round(values[i], 6)
+            rows.append(row)
         job.out.parent.mkdir(parents=True, exist_ok=True)
         with open(job.out, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    print(f"{len(rows)} image(s) classified -> {job.out}" + (f"; {len(failed)} refused" if failed else ""))
+    failed = len(images.refused)
+    print(f"{len(rows)} image(s) classified -> {job.out}" + (f"; {failed} refused" if failed else ""))
     if failed:
-        raise UserError(f"{len(failed)} of {len(job.inputs)} inputs could not be read (see the lines above)")
+        raise UserError(f"{failed} of {failed + len(images)} inputs could not be read (see the lines above)")
     return rows
 
 
@@ -137,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         run = runs.find_run(ns.run)
         ckpt = Path(ns.run) if Path(ns.run).suffix == ".ckpt" else runs.checkpoint_arg(run, ns.ckpt)
         state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)["state_dict"]
-        inputs = image_files(ns.inputs)
+        image_files(ns.inputs)  # a missing input is a usage error, before anything is built
         cli = cli_for_run(run, ["--trainer.accelerator", "cpu", *overrides], "python -m project.predict")
         load_weights(cli, ckpt, state)
-        return Job(cli, inputs, Path(ns.out), ns.top_k)
+        return Job(cli, ns.inputs, Path(ns.out), ns.top_k)
 
     return run_main(make, predict)
 

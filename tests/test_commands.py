@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import subprocess
@@ -10,10 +11,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import results, run_dirs, run_main, tiny_args
+from helpers import REPO, results, run_dirs, run_main, tiny_args
 from PIL import Image
 
 from project import evaluate, predict, summarize
+
+_no_raise = contextlib.nullcontext
 
 EVIL = """
 import os, sys, torch
@@ -123,3 +126,67 @@ def test_summarize_means_and_stds_over_seeds(tiny_mnist, tmp_path, monkeypatch, 
     assert stats["test_acc"]["mean"] == pytest.approx(np.mean(accs))
     assert stats["test_acc"]["std"] == pytest.approx(np.std(accs, ddof=1))
     assert summarize.main([str(tmp_path / "nothing")]) == 2
+
+
+def test_trainer_predict_works_on_the_test_set_and_on_files(trained, tiny_mnist, tmp_path):
+    """``Trainer.predict(model, datamodule=dm)``: probabilities whose argmax gives the run's test accuracy."""
+    from project.cli import cli_for_run
+    from project.runs import checkpoint_of, load_checkpoint
+
+    cli = cli_for_run(trained, [], "test")
+    cli.model.load_state_dict(load_checkpoint(checkpoint_of(trained, "best"))["state_dict"])
+    probs = torch.cat(cli.trainer.predict(cli.model, datamodule=cli.datamodule))
+    assert probs.shape == (100, 10) and probs.dtype == torch.float32
+    assert torch.allclose(probs.sum(1), torch.ones(100), atol=1e-5)
+    targets = torch.as_tensor(cli.datamodule.test_set.targets)
+    assert float((probs.argmax(1) == targets).float().mean()) == pytest.approx(results(trained)["test_acc"], abs=1e-6)
+    # image files: the same images as PNGs give the same probabilities, in the order given
+    for i in (3, 0):
+        Image.fromarray(cli.datamodule.test_set.data[i].numpy(), mode="L").save(tmp_path / f"{i}.png")
+    files = cli.datamodule.predict_on([tmp_path / "3.png", tmp_path / "0.png"])
+    assert files.refused == [] and len(files) == 2
+    from_files = torch.cat(cli.trainer.predict(cli.model, datamodule=cli.datamodule))
+    assert torch.allclose(from_files, probs[[3, 0]], atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "pt2"])
+def test_export_matches_eager_outputs(trained, fmt, capsys):
+    from project import export
+
+    assert export.main([str(trained), "--format", fmt, "--repeats", "2"]) == 0
+    record = json.loads((trained / "export.json").read_text())[fmt]
+    suffix = export.FORMATS[fmt]
+    written = trained / f"model-best{suffix}"
+    assert record["file"] == str(written.resolve()) and record["bytes"] == written.stat().st_size
+    assert 0 < record["gzip_bytes"] < record["bytes"]
+    assert record["max_abs_diff"] <= 1e-4 and record["argmax_agree"] == 1.0
+    assert record["checked_on"].startswith("100 test images")
+    lat = record["latency_ms"]
+    assert set(lat) == {"batch_1", "batch_256"} and all(v["exported"] > 0 and v["eager"] > 0 for v in lat.values())
+    assert not list(trained.glob(".*tmp*"))  # no temporary left behind
+
+
+def test_export_of_a_pruned_run_compresses_and_bad_input_is_one_error(tiny_mnist, tmp_path, monkeypatch, capsys):
+    from project import export
+
+    monkeypatch.chdir(tmp_path)
+    pruned = ["--config", "configs/pruning.yaml", "--trainer.max_epochs", "2"]
+    monkeypatch.chdir(REPO)  # the overlay's relative path
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *pruned)) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    out = tmp_path / "out" / "lenet.onnx"
+    assert export.main([str(run), "--ckpt", "last", "--out", str(out), "--repeats", "1"]) == 0
+    record = json.loads((run / "export.json").read_text())["onnx"]
+    assert out.is_file() and record["max_abs_diff"] <= 1e-4
+    assert record["gzip_bytes"] < 0.75 * record["bytes"]  # half the weights are exact zeros
+    capsys.readouterr()
+    (tmp_path / "empty").mkdir()
+    for argv in ([str(tmp_path / "empty")], [str(run), "--out", str(tmp_path)], [str(run), "--format", "tflite"]):
+        with pytest.raises(SystemExit) if "--format" in argv else _no_raise():
+            assert export.main(argv) == 2
+        err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:") or "error:" in x]
+        assert len(err) == 1, err
+    # a tolerance onnxruntime's float32 kernels do not meet (they sum in another order): exit 1, nothing written
+    assert export.main([str(run), "--atol", "1e-12", "--out", str(tmp_path / "strict.onnx"), "--repeats", "1"]) == 1
+    assert not (tmp_path / "strict.onnx").exists() and not list(tmp_path.glob(".strict*"))
+    assert json.loads((run / "export.json").read_text())["onnx"]["file"] == str(out.resolve())

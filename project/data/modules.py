@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,6 +43,7 @@ from project.data.archives import (
     import_cifar_archive,
     import_idx_archives,
 )
+from project.data.images import ImageFiles, image_files
 from project.data.memory import EpochBatches
 from project.data.workers import worker_context, worker_init
 from project.errors import ConfigError, DataError
@@ -104,6 +106,7 @@ class VisionDataModule(L.LightningDataModule):
         self.train_set: Dataset | None = None
         self.split: tuple[torch.Tensor, torch.Tensor] | None = None
         self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.predict_set: ImageFiles | None = None
 
     # -- files ---------------------------------------------------------------------------------
     def expected_files(self) -> list[Path]:
@@ -332,6 +335,25 @@ class VisionDataModule(L.LightningDataModule):
         """Official test-set batches (never augmented), same format as training."""
         self.setup("test")
         return self._eval_loader("test")
+
+    def predict_on(self, files: Sequence[str | Path]) -> ImageFiles:
+        """Make :meth:`predict_dataloader` serve these image files (folders expanded) instead of the test set.
+
+        Returns:
+            the :class:`ImageFiles` dataset; its ``refused`` lists the files that could not be read.
+
+        Raises:
+            ConfigError: a path does not exist.
+        """
+        self.predict_set = ImageFiles(image_files(files), self.input_shape, self.eval_transform())
+        return self.predict_set
+
+    def predict_dataloader(self) -> Any:
+        """Batches for ``Trainer.predict``: the image files given to :meth:`predict_on`, as x float32
+        (B, C, H, W) in their order, else the official test set as ``(x, y)`` like :meth:`test_dataloader`."""
+        if self.predict_set is None:
+            return self.test_dataloader()
+        return self._loader(self.predict_set, self._sampler(self.predict_set, False))
 
     @property
     def classes(self) -> list[str]:

@@ -1,0 +1,208 @@
+"""``python -m project.export RUN [--ckpt best|last|FILE] [--format onnx|torchscript|pt2] [--out FILE]``.
+
+Exports a run's net (the LightningModule's ``forward``: float32 x (N, C, H, W) -> logits (N, num_classes))
+with a dynamic batch axis, then checks the file it wrote against eager PyTorch on a real batch of the run's
+test data (up to 256 images):
+
+* ``onnx`` (default): ``LightningModule.to_onnx`` with PyTorch's ``torch.export``-based exporter
+  (``dynamo=True``, needs ``onnxscript``), checked with onnxruntime's CPU provider;
+* ``torchscript``: ``torch.jit.trace`` (deprecated by PyTorch in favour of ``torch.export``; kept for C++
+  deployments that still load TorchScript);
+* ``pt2``: ``torch.export.save`` of an ``ExportedProgram``, the format PyTorch recommends now.
+
+Writes the model file (default ``<run>/model-<ckpt>.<onnx|ts.pt|pt2>``) and ``<run>/export.json`` with, per
+format: the file, its size in bytes raw and gzip-compressed (pruned weights are zeros, which compress), the
+max absolute difference to eager outputs (must be <= ``--atol``, default 1e-4, in fp32), and the median CPU
+latency in milliseconds per batch of 1 and of 256, exported vs eager. A file that fails the check is deleted
+and the command exits 1.
+
+Pruned runs export like any other: their checkpoints hold plain (zeroed) weights, not masks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from project import runs
+from project.cli import ProjectCLI, cli_for_run, run_main
+from project.errors import ConfigError, UserError
+from project.evaluate import load_weights
+
+FORMATS = {"onnx": ".onnx", "torchscript": ".ts.pt", "pt2": ".pt2"}
+LATENCY_BATCHES = (1, 256)
+
+
+@dataclass
+class Job:
+    run: Path
+    ckpt: Path
+    ckpt_name: str
+    format: str
+    out: Path
+    atol: float
+    repeats: int
+    cli: ProjectCLI
+
+
+def test_batch(cli: ProjectCLI, n: int = 256) -> torch.Tensor:
+    """The first ``n`` images of the run's test split as the net sees them: float32 (n, C, H, W), on CPU."""
+    data = cli.datamodule
+    data.setup("test")
+    x = torch.stack([data.test_set[i][0] for i in range(min(n, len(data.test_set)))])
+    return x.float()
+
+
+def export_file(model: torch.nn.Module, fmt: str, example: torch.Tensor, out: Path) -> Callable:
+    """Write ``model`` in ``fmt`` to ``out`` (batch axis dynamic); return a callable running the written file.
+
+    The callable takes a float32 tensor (N, C, H, W) and returns logits (N, num_classes) as a float32 tensor.
+
+    Raises:
+        UserError: the exporter failed (its first line is in the message).
+    """
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # TorchScript's deprecation notices
+            if fmt == "onnx":
+                model.to_onnx(out, example, dynamo=True, dynamic_shapes={"x": {0: batch}}, external_data=False,
+                              verbose=False)  # fmt: skip
+                import onnxruntime as ort
+
+                session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+                name = session.get_inputs()[0].name
+                return lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+            if fmt == "torchscript":
+                # the plain net: tracing the LightningModule would touch its Trainer-only properties
+                torch.jit.save(torch.jit.trace(model.net, example), str(out))
+                loaded = torch.jit.load(str(out))  # our own file, just written
+                return lambda x: loaded(x)
+            program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}})
+            torch.export.save(program, str(out))
+            module = torch.export.load(str(out)).module()
+            return lambda x: module(x)
+    except Exception as e:  # the exporters raise many types (torch._dynamo, onnxscript, ...); report any as one line
+        out.unlink(missing_ok=True)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{fmt} export of {type(model).__name__} failed: {first}") from None
+
+
+def median_ms(fn: Callable, x: torch.Tensor, repeats: int) -> float:
+    """Median wall time of ``fn(x)`` in milliseconds over ``repeats`` calls, after 3 warm-up calls."""
+    times = []
+    with torch.inference_mode():
+        for i in range(repeats + 3):
+            start = time.perf_counter()
+            fn(x)
+            if i >= 3:
+                times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def export(job: Job) -> dict[str, Any]:
+    """Export, check and time the net; write ``export.json``; return this format's record.
+
+    Raises:
+        UserError: the export failed or its outputs differ from eager PyTorch by more than ``job.atol``.
+    """
+    model = job.cli.model.cpu().eval()
+    x = test_batch(job.cli)
+    job.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = job.out.with_name(f".{job.out.name}.{os.getpid()}.tmp{FORMATS[job.format]}")
+    try:
+        run_exported = export_file(model, job.format, x[:2], tmp)  # batch 1 would be specialised
+        with torch.inference_mode():
+            eager_out = model(x).float()
+            exported_out = run_exported(x).float()
+        diff = float((eager_out - exported_out).abs().max())
+        if not diff <= job.atol:
+            raise UserError(
+                f"the {job.format} file's outputs differ from PyTorch's by {diff:.3g} (> --atol {job.atol:g}) on "
+                f"{len(x)} test images; not written"
+            )
+        os.replace(tmp, job.out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    raw = job.out.read_bytes()
+    record: dict[str, Any] = {
+        "file": str(job.out.resolve()),
+        "ckpt": str(job.ckpt.resolve()),
+        "bytes": len(raw),
+        "gzip_bytes": len(gzip.compress(raw, compresslevel=9)),
+        "max_abs_diff": diff,
+        "checked_on": f"{len(x)} test images, float32",
+        "argmax_agree": float((eager_out.argmax(1) == exported_out.argmax(1)).float().mean()),
+        "latency_ms": {},
+        "threads": torch.get_num_threads(),
+    }
+    for n in LATENCY_BATCHES:
+        xb = x[:n] if len(x) >= n else x[torch.arange(n) % len(x)]
+        record["latency_ms"][f"batch_{n}"] = {
+            "exported": round(median_ms(run_exported, xb, job.repeats), 4),
+            "eager": round(median_ms(model, xb, job.repeats), 4),
+        }
+    path = job.run / "export.json"
+    try:
+        existing = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        existing = {}
+    existing = existing if isinstance(existing, dict) else {}
+    existing[job.format] = record
+    runs.write_json(path, existing)
+    lat = record["latency_ms"]
+    print(
+        f"{job.format}: {job.out} ({record['bytes'] / 2**20:.2f} MiB, {record['gzip_bytes'] / 2**20:.2f} MiB gzip), "
+        f"max |diff| {diff:.2e}; ms per batch of 1: {lat['batch_1']['exported']:.3f} vs eager "
+        f"{lat['batch_1']['eager']:.3f}, of 256: {lat['batch_256']['exported']:.2f} vs {lat['batch_256']['eager']:.2f}"
+        f" -> {path}"
+    )
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 1 export failed its check, 2 bad arguments/config/checkpoint)."""
+    p = argparse.ArgumentParser(prog="python -m project.export", description=__doc__.splitlines()[0],
+                                epilog="Other arguments override the run's config, as in python -m project.fit.")
+    p.add_argument("run", help="run folder, experiment folder (newest run) or checkpoint inside a run")
+    p.add_argument("--ckpt", default="best", help="best (default), last, or a checkpoint file")
+    p.add_argument("--format", choices=sorted(FORMATS), default="onnx")
+    p.add_argument("--out", default=None, help="file to write (default <run>/model-<ckpt><suffix>)")
+    p.add_argument("--atol", type=float, default=1e-4, help="max abs difference to eager outputs (default 1e-4)")
+    p.add_argument("--repeats", type=int, default=20, help="timed calls per latency figure (default 20)")
+    p.add_argument("--trust_checkpoint", action="store_true", help="allow full unpickling (only for files you made)")
+    ns, overrides = p.parse_known_args(argv)
+    if ns.repeats < 1 or not ns.atol > 0:
+        p.error("--repeats must be >= 1 and --atol > 0")
+
+    def make() -> Job:
+        run = runs.find_run(ns.run)
+        is_file = Path(ns.run).suffix == ".ckpt"
+        ckpt = Path(ns.run) if is_file else runs.checkpoint_arg(run, ns.ckpt)
+        state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)["state_dict"]
+        name = ns.ckpt if ns.ckpt in ("best", "last") and not is_file else ckpt.stem
+        out = Path(ns.out) if ns.out else run / f"model-{name}{FORMATS[ns.format]}"
+        if out.is_dir():
+            raise ConfigError(f"--out {out} is a folder; give a file name")
+        overrides_cpu = ["--trainer.accelerator", "cpu", "--model.compile", "false", *overrides]
+        cli = cli_for_run(run, overrides_cpu, "python -m project.export")
+        load_weights(cli, ckpt, state)
+        return Job(run, ckpt, name, ns.format, out, ns.atol, ns.repeats, cli)
+
+    return run_main(make, export)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
