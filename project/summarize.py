@@ -1,105 +1,330 @@
-"""``python -m project.summarize [LOGS_OR_RUNS...] [--metrics test_acc best_val_acc ...] [--out summary.md]``.
+"""``python -m project.summarize [FOLDER...] [--by KEY...] [--x KEY] [--format md|csv] [--out DIR]``.
 
-One table across run folders: every finished run (a folder with ``results.json``) under the given folders
-(default ``logs``), then per experiment the mean ± sample standard deviation of each metric over its runs
-(seeds, repeats). Unfinished runs are listed as such. Reads only ``results.json`` (JSON, no code).
+One table across run folders (default: everything under ``logs``):
+
+* **runs**: every run folder (``<experiment>/version_N``) with its seed, epochs and metrics from
+  ``results.json``; a folder without one is listed as ``unfinished`` (resumable when it holds
+  ``checkpoints/last.ckpt``), never dropped;
+* **groups**: runs whose configs differ only in the seed (and in paths, logger and loader settings that do
+  not change results) form one group, shown with n and the mean ± sample standard deviation (``ddof=1``)
+  of each metric. ``--by KEY...`` groups by those keys instead.
+
+A KEY is a ``results.json`` key (``precision``, ``sparsity``...), ``experiment``, or a config key written
+dotted without ``init_args`` (``model.optimizer.lr``, ``data.batch_size``, ``trainer.callbacks.Pruning.amount``);
+any unambiguous ending of one works too (``lr``, ``amount``).
+
+Writes into ``--out`` (default: the first FOLDER): ``summary.md``, ``summary.csv`` (groups),
+``summary-runs.csv``, ``summary.json``, and PNG plots: ``val_acc.png`` (validation accuracy against step
+from each run's TensorBoard event files, coloured by group) and ``test_acc_vs_<KEY>.png`` (test accuracy
+of every run and each group's mean ± std against ``--x KEY``, default the first ``--by`` key).
+Reads only ``results.json``, YAML configs (safe loader) and event files: nothing in a run folder runs code.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import math
 import statistics
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from project import runs
 from project.errors import ConfigError
 
-DEFAULT_METRICS = ["test_acc", "best_val_acc", "train_samples_per_s", "sparsity"]
+DEFAULT_METRICS = ["test_acc", "best_val_acc", "train_samples_per_s", "sparsity", "epochs"]
+# Config keys that do not change what a run computes: paths, logging, loader plumbing, the seed.
+IGNORED = ("seed_everything", "data.seed", "trainer.logger", "data.data_dir", "data.source_dir", "data.download",
+           "data.num_workers", "data.pin_memory", "data.persistent_workers", "ckpt_path", "trust_checkpoint",
+           "trainer.enable_progress_bar", "trainer.enable_model_summary", "checkpoint.dirpath",
+           "trainer.default_root_dir")  # fmt: skip
 
 
-def collect(roots: list[Path]) -> list[tuple[Path, dict[str, Any] | None]]:
-    """``(run, results or None)`` for every run folder under ``roots`` (a run folder counts as itself)."""
+@dataclass
+class Run:
+    path: Path
+    experiment: str
+    results: dict[str, Any] | None
+    config: dict[str, Any] = field(default_factory=dict)
+    status: str = "finished"
+
+    def value(self, key: str) -> Any:
+        """``key`` in results, then config (see the module doc); None when absent."""
+        if key == "experiment":
+            return self.experiment
+        if self.results and key in self.results:
+            return self.results[key]
+        return self.config.get(resolve_key(key, self.config))
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config as ``{dotted.key: leaf}``; ``init_args`` levels dropped, list items named by their class."""
+    out: dict[str, Any] = {}
+    if isinstance(tree, dict):
+        if "class_path" in tree:
+            out[prefix.rstrip(".") or "class_path"] = tree["class_path"]
+            out.update(flatten(tree.get("init_args") or {}, prefix))
+            return out
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(tree, list) and tree:
+        for i, item in enumerate(tree):
+            name = str(item["class_path"]).rsplit(".", 1)[-1] if isinstance(item, dict) and "class_path" in item else i
+            out.update(flatten(item, f"{prefix}{name}."))
+    else:
+        out[prefix.rstrip(".")] = tree
+    return out
+
+
+def resolve_key(key: str, config: dict[str, Any]) -> str:
+    """The flattened config key meant by ``key`` (exact, else the unique one ending in ``.key``)."""
+    if key in config:
+        return key
+    matches = [k for k in config if k.endswith("." + key)]
+    return matches[0] if len(matches) == 1 else key
+
+
+def collect(roots: list[Path]) -> list[Run]:
+    """Every run folder under ``roots`` (a run folder counts as itself), with results and flattened config.
+
+    Raises:
+        ConfigError: a root does not exist.
+    """
     found: dict[Path, None] = {}
     for root in roots:
         if not root.exists():
-            raise ConfigError(f"{root} does not exist")
+            raise ConfigError(f"{root} does not exist; give logs folders or run folders")
         candidates = [root] if runs.version_of(root) is not None else sorted(root.rglob("version_*"))
         for run in candidates:
             if run.is_dir() and runs.version_of(run) is not None:
                 found[run] = None
     out = []
-    for run in found:
+    for path in found:
         try:
-            out.append((run, runs.read_results(run)))
+            results, status = runs.read_results(path), "finished"
         except ConfigError:
-            out.append((run, None))
+            resumable = (path / "checkpoints" / "last.ckpt").is_file()
+            results, status = None, "unfinished" + (" (resumable: last.ckpt)" if resumable else "")
+        try:
+            config = yaml.safe_load(runs.latest_config(path).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            config = {}
+        config = flatten(config) if isinstance(config, dict) else {}
+        out.append(Run(path, path.parent.name, results, config, status))
     return out
+
+
+def group_runs(finished: list[Run], by: list[str] | None) -> dict[str, list[Run]]:
+    """Groups of finished runs, labelled; by ``by`` keys, else by config minus :data:`IGNORED` keys."""
+    groups: dict[tuple, list[Run]] = {}
+    if by:
+        for run in finished:
+            groups.setdefault(tuple((k, _hashable(run.value(k))) for k in by), []).append(run)
+        return {", ".join(f"{k}={_fmt(v)}" for k, v in key): members for key, members in groups.items()}
+    for run in finished:
+        kept = tuple(sorted((k, _hashable(v)) for k, v in run.config.items() if not k.startswith(IGNORED)))
+        groups.setdefault((run.experiment, kept), []).append(run)
+    # label: the experiment, plus the config values that tell its groups apart
+    labelled: dict[str, list[Run]] = {}
+    for (exp, kept), members in groups.items():
+        siblings = [dict(k) for (e, k) in groups if e == exp]
+        mine = dict(kept)
+        keys = sorted({k for s in siblings for k in set(s) | set(mine) if s.get(k) != mine.get(k)})
+        label = exp + (" [" + ", ".join(f"{k}={_fmt(mine.get(k))}" for k in keys) + "]" if keys else "")
+        labelled[label] = members
+    return labelled
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(map(_hashable, v)) if isinstance(v, list) else v
 
 
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4f}"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}" if abs(value) < 1e-3 else f"{value:.4f}"
     return str(value)
 
 
-def summarize(roots: list[Path], metrics: list[str]) -> tuple[str, dict[str, Any]]:
-    """Markdown tables (runs; mean ± std per experiment) and the same as a dict.
+def stats_of(members: list[Run], metrics: list[str]) -> dict[str, Any]:
+    """``{metric: {mean, std, n}}`` over the runs holding a number for it (std None for n < 2)."""
+    out: dict[str, Any] = {"runs": len(members), "paths": [str(r.path) for r in members]}
+    for m in metrics:
+        values = [float(v) for r in members if isinstance(v := r.value(m), int | float) and not isinstance(v, bool)]
+        out[m] = {
+            "mean": statistics.fmean(values) if values else None,
+            "std": statistics.stdev(values) if len(values) > 1 else None,
+            "n": len(values),
+        }
+    return out
+
+
+def summarize(roots: list[Path], metrics: list[str], by: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """Markdown tables (runs; groups with mean ± std) and the same data as a dict.
+
+    Returns:
+        ``(markdown, {"groups": {label: stats}, "runs": [...]})``.
 
     Raises:
         ConfigError: a root does not exist or holds no run folder.
     """
-    rows = collect(roots)
-    if not rows:
-        raise ConfigError(f"no run folders (version_N) under {', '.join(map(str, roots))}")
-    lines = ["| experiment | run | seed | epochs | " + " | ".join(metrics) + " |",
-             "|---|---|---:|---:|" + "---:|" * len(metrics)]  # fmt: skip
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for run, res in rows:
-        exp = run.parent.name
-        if res is None:
-            lines.append(f"| {exp} | {run.name} | | | unfinished |" + " |" * (len(metrics) - 1))
-            continue
-        groups.setdefault(exp, []).append(res)
-        cells = " | ".join(_fmt(res.get(m)) for m in metrics)
-        lines.append(f"| {exp} | {run.name} | {_fmt(res.get('seed'))} | {_fmt(res.get('epochs'))} | {cells} |")
-    lines += ["", "| experiment | runs | " + " | ".join(f"{m} (mean ± std)" for m in metrics) + " |",
+    all_runs = collect(roots)
+    if not all_runs:
+        raise ConfigError(f"no run folders (<experiment>/version_N) under {', '.join(map(str, roots))}")
+    finished = [r for r in all_runs if r.results is not None]
+    groups = group_runs(finished, by)
+    group_of = {r.path: label for label, members in groups.items() for r in members}
+    lines = ["| run | group | status | seed | " + " | ".join(metrics) + " |",
+             "|---|---|---|---:|" + "---:|" * len(metrics)]  # fmt: skip
+    run_rows = []
+    for run in all_runs:
+        name = f"{run.experiment}/{run.path.name}"
+        seed = run.value("seed") if run.results else run.config.get("seed_everything")
+        cells = [run.value(m) if run.results else None for m in metrics]
+        lines.append(f"| {name} | {group_of.get(run.path, '-')} | {run.status} | {_fmt(seed)} | "
+                     + " | ".join(map(_fmt, cells)) + " |")  # fmt: skip
+        run_rows.append({"run": str(run.path), "group": group_of.get(run.path, ""), "status": run.status,
+                         "seed": seed, **dict(zip(metrics, cells))})  # fmt: skip
+    lines += ["", "| group | n | " + " | ".join(f"{m} (mean ± std)" for m in metrics) + " |",
               "|---|---:|" + "---:|" * len(metrics)]  # fmt: skip
-    stats: dict[str, Any] = {}
-    for exp, results in groups.items():
-        stats[exp] = {"runs": len(results)}
-        cells = []
-        for m in metrics:
-            values = [float(r[m]) for r in results if isinstance(r.get(m), int | float)]
-            mean = statistics.fmean(values) if values else None
-            std = statistics.stdev(values) if len(values) > 1 else None
-            stats[exp][m] = {"mean": mean, "std": std, "n": len(values)}
-            cells.append("-" if mean is None else f"{_fmt(mean)} ± {_fmt(std) if std is not None else '-'}")
-        lines.append(f"| {exp} | {len(results)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n", stats
+    group_stats = {label: stats_of(members, metrics) for label, members in groups.items()}
+    for label, st in group_stats.items():
+        cells = ["-" if st[m]["mean"] is None else f"{_fmt(st[m]['mean'])} ± {_fmt(st[m]['std'])}" for m in metrics]
+        lines.append(f"| {label} | {st['runs']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n", {"groups": group_stats, "runs": run_rows}
+
+
+def groups_csv(stats: dict[str, Any], metrics: list[str]) -> str:
+    """The groups table as CSV: ``group, n`` then ``<metric>_mean, <metric>_std, <metric>_n`` per metric."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["group", "n"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")])
+    for label, st in stats["groups"].items():
+        writer.writerow([label, st["runs"]] + [st[m][s] for m in metrics for s in ("mean", "std", "n")])
+    return buf.getvalue()
+
+
+def runs_csv(stats: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    rows = stats["runs"]
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def val_curves(run: Path, tag: str = "val/acc") -> tuple[list[int], list[float]]:
+    """``(steps, values)`` of ``tag`` from the run's TensorBoard event files (empty when none)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    try:
+        acc.Reload()
+        events = acc.Scalars(tag)
+    except (KeyError, OSError, ValueError):
+        return [], []
+    return [e.step for e in events], [e.value for e in events]
+
+
+def plot(stats: dict[str, Any], all_runs: list[Run], out: Path, x_key: str | None) -> list[Path]:
+    """Write ``val_acc.png`` and, with ``x_key``, ``test_acc_vs_<x_key>.png`` into ``out``; return the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for i, (label, st) in enumerate(stats["groups"].items()):
+        for j, path in enumerate(st["paths"]):
+            steps, values = val_curves(Path(path))
+            if steps:
+                ax.plot(steps, values, color=colors[i % len(colors)], alpha=0.8, lw=1.2,
+                        label=f"{label} (n={st['runs']})" if j == 0 else None)  # fmt: skip
+    ax.set(xlabel="training step", ylabel="val/acc", title="Validation accuracy by group")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    written.append(out / "val_acc.png")
+    fig.tight_layout()
+    fig.savefig(written[-1])
+    plt.close(fig)
+    if x_key:
+        finished = [r for r in all_runs if r.results is not None and isinstance(r.value("test_acc"), int | float)]
+        xs = [r.value(x_key) for r in finished]
+        numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
+        cats = sorted({_fmt(x) for x in xs}) if not numeric else []
+        pos = [float(x) if numeric else cats.index(_fmt(x)) for x in xs]
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+        ax.scatter(pos, [r.value("test_acc") for r in finished], s=14, alpha=0.6, label="runs")
+        by_x: dict[float, list[float]] = {}
+        for p, r in zip(pos, finished):
+            by_x.setdefault(p, []).append(float(r.value("test_acc")))
+        px = sorted(by_x)
+        means = [statistics.fmean(by_x[p]) for p in px]
+        stds = [statistics.stdev(by_x[p]) if len(by_x[p]) > 1 else 0.0 for p in px]
+        ax.errorbar(px, means, yerr=stds, color="black", capsize=3, lw=1.2, label="mean ± std")
+        if not numeric:
+            ax.set_xticks(range(len(cats)), cats, rotation=20, fontsize=8)
+        ax.set(xlabel=x_key, ylabel="test_acc", title=f"Test accuracy against {x_key}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in x_key)
+        written.append(out / f"test_acc_vs_{safe}.png")
+        fig.tight_layout()
+        fig.savefig(written[-1])
+        plt.close(fig)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 2 nothing to summarize)."""
-    p = argparse.ArgumentParser(prog="python -m project.summarize", description=__doc__.splitlines()[0])
+    """Entry point; returns the exit status (0 ok, 2 nothing to summarize or a bad argument)."""
+    p = argparse.ArgumentParser(prog="python -m project.summarize", description=__doc__.splitlines()[0],
+                                epilog="KEY: a results.json key, 'experiment', or a dotted config key (any "
+                                       "unambiguous ending: lr, amount).")  # fmt: skip
     p.add_argument("roots", nargs="*", default=["logs"], metavar="FOLDER", help="logs folders or run folders")
+    p.add_argument("--by", nargs="+", metavar="KEY", help="group by these keys (default: same config but the seed)")
+    p.add_argument("--x", metavar="KEY", help="plot test accuracy against this key (default: the first --by key)")
     p.add_argument("--metrics", nargs="+", default=DEFAULT_METRICS, help="results.json keys to tabulate")
-    p.add_argument("--out", default=None, help="also write the Markdown table here (and a .json beside it)")
+    p.add_argument("--format", choices=["md", "csv"], default="md", help="what to print (both are written)")
+    p.add_argument("--out", metavar="DIR", help="folder for summary.* and plots (default: the first FOLDER)")
+    p.add_argument("--no_plots", action="store_true", help="skip the PNG plots")
     ns = p.parse_args(argv)
+    roots = [Path(r) for r in ns.roots]
     try:
-        table, stats = summarize([Path(r) for r in ns.roots], ns.metrics)
+        table, stats = summarize(roots, ns.metrics, ns.by)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(table, end="")
-    if ns.out:
-        out = Path(ns.out)
-        out.write_text(table)
-        runs.write_json(out.with_suffix(".json"), stats)
+    out = Path(ns.out) if ns.out else (roots[0] if runs.version_of(roots[0]) is None else roots[0].parent)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(table)
+    (out / "summary.csv").write_text(groups_csv(stats, ns.metrics))
+    (out / "summary-runs.csv").write_text(runs_csv(stats))
+    runs.write_json(out / "summary.json", _finite(stats))
+    written = []
+    if not ns.no_plots:
+        written = plot(stats, collect(roots), out, ns.x or (ns.by[0] if ns.by else None))
+    print(table if ns.format == "md" else groups_csv(stats, ns.metrics), end="")
+    print(f"-> {out / 'summary.md'}, summary.csv, summary-runs.csv, summary.json"
+          + "".join(f", {w.name}" for w in written), file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _finite(tree: Any) -> Any:
+    """JSON-safe copy: NaN/inf become None."""
+    if isinstance(tree, dict):
+        return {k: _finite(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_finite(v) for v in tree]
+    return None if isinstance(tree, float) and not math.isfinite(tree) else tree
 
 
 if __name__ == "__main__":

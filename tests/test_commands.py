@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 import subprocess
 import sys
@@ -111,21 +112,43 @@ def test_predict_matches_the_test_path_and_refuses_hostile_images(trained, tiny_
     assert all(float(r["top1_prob"]) >= float(r["top2_prob"]) >= float(r["top3_prob"]) for r in rows)
 
 
-def test_summarize_means_and_stds_over_seeds(tiny_mnist, tmp_path, monkeypatch, capsys):
+def test_summarize_groups_seeds_and_tells_configs_apart(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     for seed in (1, 2, 3):
         assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--seed_everything", str(seed))) == 0
-    accs = [results(r)["test_acc"] for r in run_dirs(tmp_path / "logs")]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--model.optimizer.lr", "0.05")) == 0
+    runs_ = run_dirs(tmp_path / "logs")
+    accs = [results(r)["test_acc"] for r in runs_[:3]]
     (tmp_path / "logs" / "tiny" / "version_9").mkdir()  # an unfinished run
     capsys.readouterr()
-    assert summarize.main([str(tmp_path / "logs"), "--out", str(tmp_path / "s.md")]) == 0
+    assert summarize.main([str(tmp_path / "logs")]) == 0
     table = capsys.readouterr().out
-    assert "unfinished" in table and table.count("| tiny | version_") == 4
-    stats = json.loads((tmp_path / "s.json").read_text())["tiny"]
-    assert stats["runs"] == 3 and stats["test_acc"]["n"] == 3
-    assert stats["test_acc"]["mean"] == pytest.approx(np.mean(accs))
-    assert stats["test_acc"]["std"] == pytest.approx(np.std(accs, ddof=1))
+    assert "unfinished" in table and table.count("| tiny/version_") == 5
+    stats = json.loads((tmp_path / "logs" / "summary.json").read_text())["groups"]
+    assert sorted(stats) == ["tiny [model.optimizer.lr=0.0100]", "tiny [model.optimizer.lr=0.0500]"]
+    seeds = stats["tiny [model.optimizer.lr=0.0100]"]
+    assert seeds["runs"] == 3 and seeds["test_acc"]["n"] == 3 and seeds["epochs"]["mean"] == 1
+    assert seeds["test_acc"]["mean"] == pytest.approx(np.mean(accs))
+    assert seeds["test_acc"]["std"] == pytest.approx(np.std(accs, ddof=1))
+    assert stats["tiny [model.optimizer.lr=0.0500]"]["runs"] == 1
+    # --by a short key, CSV on stdout, test accuracy plotted against it
+    assert summarize.main([str(tmp_path / "logs"), "--by", "lr", "--format", "csv", "--out", str(tmp_path / "s")]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["group"], r["n"]) for r in rows] == [("lr=0.0100", "3"), ("lr=0.0500", "1")]
+    assert float(rows[0]["test_acc_mean"]) == pytest.approx(np.mean(accs))
+    written = {p.name for p in (tmp_path / "s").iterdir()}
+    assert written >= {"summary.md", "summary.csv", "summary-runs.csv", "summary.json", "val_acc.png",
+                       "test_acc_vs_lr.png"}  # fmt: skip
+    for png in ("val_acc.png", "test_acc_vs_lr.png"):
+        with Image.open(tmp_path / "s" / png) as img:
+            assert img.format == "PNG" and img.width > 500
     assert summarize.main([str(tmp_path / "nothing")]) == 2
+
+
+def test_summarize_reads_the_validation_curve_from_event_files(trained):
+    steps, values = summarize.val_curves(trained)
+    assert len(steps) == 3 and steps == sorted(steps) and all(0 <= v <= 1 for v in values)
+    assert max(values) == pytest.approx(results(trained)["best_val_acc"], abs=1e-6)
 
 
 def test_trainer_predict_works_on_the_test_set_and_on_files(trained, tiny_mnist, tmp_path):
