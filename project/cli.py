@@ -25,6 +25,7 @@ from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
+from project import cluster
 from project.callbacks import (
     CudnnFlags,
     LocalAtomicCheckpointIO,
@@ -66,7 +67,9 @@ class RunConfig(SaveConfigCallback):
         if (log_dir / "config.yaml").exists():
             k = len(list(log_dir.glob("config-resume-*.yaml"))) + 1
             self.config_filename = f"config-resume-{k}.yaml"
-        return super().setup(trainer, pl_module, stage)
+        super().setup(trainer, pl_module, stage)
+        if trainer.is_global_zero:
+            cluster.record_start(log_dir)
 
 
 # Lightning 2.6's own pytree helper (lightning/pytorch/utilities/_pytree.py) builds torch's deprecated
@@ -178,6 +181,7 @@ class ProjectCLI(LightningCLI):
             logger.init_args.log_graph = False
         if cfg.trainer.limit_train_batches == 0:
             raise ConfigError("trainer.limit_train_batches: 0 trains nothing; use a positive number of batches")
+        cluster.prepare(cfg)  # under SLURM: a requeued job resumes its own run
         if cfg.ckpt_path is not None:
             from project import runs
 

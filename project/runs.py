@@ -6,6 +6,8 @@
     config-resume-<k>.yaml       the config of each resume into this folder
     events.out.tfevents.*        TensorBoard: curves, layout, HPARAMS, images, PR curves, graph
     checkpoints/last.ckpt, checkpoints/epochNN-val_acc*.ckpt
+    checkpoints/hpc_ckpt_<k>.ckpt  Lightning's SLURM preemption checkpoint (see project.cluster)
+    slurm_job.json               the SLURM job that runs this folder, one entry per (re)start
     results.json                 written once the run has finished (atomically)
 
 Checkpoints are read with PyTorch's safe unpickler (``torch.load(weights_only=True)``): a file that
@@ -73,7 +75,10 @@ def checkpoint_of(run: Path, which: str = "last") -> Path:
         best = read_results(run).get("best_ckpt") if (run / RESULTS).is_file() else None
         if best and Path(best).is_file():
             return Path(best)
-        candidates = sorted((p for p in folder.glob("*.ckpt") if p.name != "last.ckpt"), key=os.path.getmtime)
+        candidates = sorted(
+            (p for p in folder.glob("*.ckpt") if p.name != "last.ckpt" and not p.name.startswith("hpc_ckpt_")),
+            key=os.path.getmtime,
+        )
         if candidates:
             return candidates[-1]
     raise ConfigError(f"{run} holds no {which} checkpoint (looked in {folder})")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
 
 from project.fit import main as run_main  # noqa: F401  (tests call it in-process)
 
@@ -46,3 +49,18 @@ def results(run_dir: Path) -> dict:
 
 def run_dirs(logs: Path) -> list[Path]:
     return sorted(p for p in logs.glob("*/version_*") if p.is_dir())
+
+
+
+class Preempt(Callback):
+    """Test-only callback: SLURM's pre-kill signal (SIGUSR1) at training step ``PREEMPT_AT``, then SIGKILL two
+    steps later, like a scheduler whose grace period ran out. Inactive unless ``PREEMPT_AT`` is set."""
+
+    def on_train_batch_end(self, trainer, *args, **kwargs):
+        at = os.environ.get("PREEMPT_AT")
+        if at is None:
+            return
+        if trainer.global_step == int(at):
+            os.kill(os.getpid(), signal.SIGUSR1)
+        elif trainer.global_step == int(at) + 2:
+            os.kill(os.getpid(), signal.SIGKILL)

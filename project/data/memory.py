@@ -13,8 +13,10 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import DistributedSampler
 
+from project.data.resume import ResumableState
 
-class EpochBatches:
+
+class EpochBatches(ResumableState):
     """Batches of a uint8 image tensor kept in memory (RAM, or GPU memory when training on a GPU).
 
     The whole split is decoded once into ``images`` (N, C, H, W) uint8 and ``targets`` (N,) int64 on
@@ -24,6 +26,8 @@ class EpochBatches:
     ``sampler.set_epoch`` each epoch as it does for a DataLoader. Batches are converted to float,
     normalized and -- if ``augment`` -- randomly cropped (4-pixel zero padding) and flipped with
     batched tensor ops: no per-sample Python and no worker processes.
+
+    As a training loader it resumes mid-epoch exactly (:class:`~project.data.resume.ResumableState`).
 
     Yields:
         ``(x, y)``: x float32 (B, C, H, W) normalized, y int64 (B,), on ``images.device``.

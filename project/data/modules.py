@@ -45,6 +45,7 @@ from project.data.archives import (
 )
 from project.data.images import ImageFiles, image_files
 from project.data.memory import EpochBatches
+from project.data.resume import ResumableLoader, ResumableSampler, batches_done
 from project.data.workers import worker_context, worker_init
 from project.errors import ConfigError, DataError
 from project.runs import to_builtin
@@ -107,6 +108,7 @@ class VisionDataModule(L.LightningDataModule):
         self.split: tuple[torch.Tensor, torch.Tensor] | None = None
         self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.predict_set: ImageFiles | None = None
+        self._resume_batches = 0
 
     # -- files ---------------------------------------------------------------------------------
     def expected_files(self) -> list[Path]:
@@ -255,7 +257,7 @@ class VisionDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: Dataset, sampler: Any, drop_last: bool = False, train: bool = False) -> DataLoader:
         hp = self.hparams
-        return DataLoader(
+        return (ResumableLoader if train else DataLoader)(
             dataset,
             multiprocessing_context=worker_context() if hp.num_workers > 0 else None,
             worker_init_fn=worker_init if hp.num_workers > 0 else None,
@@ -272,7 +274,8 @@ class VisionDataModule(L.LightningDataModule):
         if train:
             # A DistributedSampler even for one process: the order depends only on (seed, epoch), so a
             # resumed run sees the same batches as an uninterrupted one, and DDP ranks shard one permutation.
-            return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=self.hparams.seed)
+            # Resumable: a mid-epoch checkpoint resumes on the very next batch (see project.data.resume).
+            return ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=self.hparams.seed)
         # No padding under DDP, so evaluation metrics count every sample exactly once.
         return UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
 
@@ -307,9 +310,24 @@ class VisionDataModule(L.LightningDataModule):
         self.setup("fit")
         self.check_sizes()
         if self.hparams.in_memory:
-            return self._memory_batches("train")
-        subset = Subset(self.train_set, self.split[0].tolist())
-        return self._loader(subset, self._sampler(subset, True), drop_last=torch.backends.cudnn.benchmark, train=True)
+            loader = self._memory_batches("train")
+        else:
+            subset = Subset(self.train_set, self.split[0].tolist())
+            loader = self._loader(subset, self._sampler(subset, True), drop_last=torch.backends.cudnn.benchmark,
+                                  train=True)  # fmt: skip
+        loader.trainer = self.trainer
+        if self._resume_batches:  # a mid-epoch checkpoint: start where it stopped (see project.data.resume)
+            loader.load_state_dict({"batches": self._resume_batches})
+            self._resume_batches = 0
+        return loader
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in every checkpoint: ``{"train_batches_done": n}``, the batches of the unfinished epoch."""
+        return {"train_batches_done": batches_done(self.trainer)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume mid-epoch: the next training loader skips the batches already trained."""
+        self._resume_batches = int(state_dict.get("train_batches_done", 0))
 
     def _eval_loader(self, stage: str) -> Any:
         if self.hparams.in_memory:

@@ -1,0 +1,102 @@
+"""SLURM preemption: a requeued job resumes in its own run folder.
+
+Lightning does the signal part (``SLURMEnvironment(auto_requeue=True)``, detected from SLURM's environment):
+on ``SIGUSR1`` (``#SBATCH --signal=SIGUSR1@90``) it saves ``hpc_ckpt_<k>.ckpt`` into
+``trainer.default_root_dir`` and runs ``scontrol requeue <job id>``. On its own, the requeued job would then
+start a new ``version_N`` and forget the best score. This module closes that gap:
+
+* the first start of a job records it in the run folder (``slurm_job.json``: job id, every start with its
+  ``SLURM_RESTART_COUNT``), pins the logger's version up front and points ``default_root_dir`` at the run's
+  ``checkpoints/`` folder, so Lightning's preemption checkpoint lands inside the run;
+* a start of the same job id (a requeue) finds that run and resumes it in place from its newest checkpoint
+  (the preemption checkpoint, or ``last.ckpt`` when it is newer), like ``--ckpt_path RUN``.
+
+Outside SLURM (no ``SLURM_NTASKS``, or an interactive ``srun bash``) nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.plugins.environments import SLURMEnvironment
+
+from project import runs
+
+log = logging.getLogger("project")
+JOB_FILE = "slurm_job.json"
+
+
+def slurm_job() -> str | None:
+    """This batch job's id as ``scontrol requeue`` takes it (``<array job>_<task>`` for array tasks), or None
+    when not running as a SLURM batch job (Lightning's ``SLURMEnvironment.detect()``)."""
+    if not SLURMEnvironment.detect():
+        return None
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array is not None:
+        return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def job_of(run: Path) -> str | None:
+    """The SLURM job id recorded in a run folder, or None (not written by a SLURM job, or unreadable)."""
+    try:
+        data = json.loads((run / JOB_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return str(data.get("job")) if isinstance(data, dict) and data.get("job") is not None else None
+
+
+def newest_checkpoint(run: Path) -> Path | None:
+    """The run's newest resumable checkpoint: a preemption ``hpc_ckpt_<k>.ckpt`` or ``last.ckpt`` (by mtime)."""
+    folder = run / "checkpoints"
+    found = [p for p in [*folder.glob("hpc_ckpt_*.ckpt"), folder / "last.ckpt"] if p.is_file()]
+    return max(found, key=os.path.getmtime) if found else None
+
+
+def prepare(cfg: Any) -> None:
+    """Under SLURM, before the Trainer is built: resume this job's run if it was requeued, else pin the new
+    run's version; either way send Lightning's preemption checkpoint into the run's ``checkpoints/``.
+
+    Does nothing outside SLURM, without a TensorBoardLogger, or when ``ckpt_path`` or the logger's version
+    was set explicitly.
+    """
+    job = slurm_job()
+    logger = cfg.trainer.logger
+    experiment = runs._logger_dir(logger)
+    if job is None or experiment is None or cfg.ckpt_path is not None or logger.init_args.version is not None:
+        return
+    existing = runs.runs_of(experiment)
+    mine = [r for r in existing if job_of(r) == job]
+    ckpt = newest_checkpoint(mine[-1]) if mine else None
+    if ckpt is not None:
+        run = mine[-1]
+        cfg.ckpt_path = str(ckpt)
+        log.info("SLURM job %s was requeued: resuming %s from %s", job, run, ckpt.name)
+    else:
+        if mine:
+            log.warning("SLURM job %s: %s holds no checkpoint to resume; starting a new run", job, mine[-1])
+        run = experiment / f"version_{max((runs.version_of(r) for r in existing), default=-1) + 1}"
+    logger.init_args.version = runs.version_of(run)
+    cfg.trainer.default_root_dir = str(run / "checkpoints")
+
+
+def record_start(run: Path) -> None:
+    """Add this start (job id, restart count, node list) to the run's ``slurm_job.json`` (rank 0, under SLURM)."""
+    job = slurm_job()
+    if job is None:
+        return
+    path = run / JOB_FILE
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) and data.get("job") == job else {"job": job, "starts": []}
+    data["starts"].append(
+        {"restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+         "nodes": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")}  # fmt: skip
+    )
+    runs.write_json(path, data)

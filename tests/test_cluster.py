@@ -1,0 +1,72 @@
+"""Clusters, simulated on one CPU machine: SLURM preemption and requeue."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import torch
+from helpers import REPO, results, run_dirs
+
+
+def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
+    """SLURM's batch-job environment, with a stub ``scontrol`` on PATH that records what it was asked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "scontrol"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}",
+        SLURM_JOB_ID=job, SLURM_NTASKS="1", SLURM_JOB_NAME="fit", SLURM_NODEID="0", SLURM_PROCID="0",
+        SLURM_LOCALID="0", SLURM_NODELIST="node1", SLURM_RESTART_COUNT=str(restart), **extra,
+    )  # fmt: skip
+    return env
+
+
+def fit(args, tmp_path, env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+
+
+def weights(run):
+    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data, tmp_path):
+    args = [
+        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
+        "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
+        "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3", "--trainer.deterministic", "true",
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.Preempt",
+    ]  # fmt: skip
+    # uninterrupted reference, as SLURM job 100
+    ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, slurm_env(tmp_path, "100", 0))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    (ref_run,) = run_dirs(tmp_path / "logs")
+    # job 4242: SIGUSR1 at step 15 (mid epoch 2 of 3, 10 steps each), killed at step 17
+    env = slurm_env(tmp_path, "4242", 0, PREEMPT_AT="15")
+    first = fit(args, tmp_path, env)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    hpc = run / "checkpoints" / "hpc_ckpt_1.ckpt"
+    assert torch.load(hpc, map_location="cpu", weights_only=True)["global_step"] == 15
+    assert not (run / "results.json").exists()
+    # the requeued job: same command, same job id
+    second = fit(args, tmp_path, slurm_env(tmp_path, "4242", 1))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "requeued" in second.stderr and "hpc_ckpt_1.ckpt" in second.stderr
+    assert [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"] == [run]  # one run folder
+    got, want = results(run), results(ref_run)
+    for key in ("test_acc", "test_loss", "best_val_acc", "epochs", "global_step"):
+        assert got[key] == want[key], key
+    a, b = weights(run), weights(ref_run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    job = json.loads((run / "slurm_job.json").read_text())
+    assert job["job"] == "4242" and [s["restart_count"] for s in job["starts"]] == [0, 1]
+    assert (run / "config-resume-1.yaml").is_file()
