@@ -67,9 +67,7 @@ class RunConfig(SaveConfigCallback):
         if (log_dir / "config.yaml").exists():
             k = len(list(log_dir.glob("config-resume-*.yaml"))) + 1
             self.config_filename = f"config-resume-{k}.yaml"
-        super().setup(trainer, pl_module, stage)
-        if trainer.is_global_zero:
-            cluster.record_start(log_dir)
+        return super().setup(trainer, pl_module, stage)
 
 
 # Lightning 2.6's own pytree helper (lightning/pytorch/utilities/_pytree.py) builds torch's deprecated
@@ -199,6 +197,8 @@ class ProjectCLI(LightningCLI):
             warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
             trainer = super().instantiate_trainer(**kwargs)
         trainer.callbacks.append(Throughput())
+        if cluster.slurm_job() is not None:
+            trainer.callbacks.append(cluster.SlurmRequeue())
         if trainer.loggers:
             trainer.callbacks += [StepLearningRateMonitor(), TensorBoardLayout()]
         requested = str(self.config.trainer.precision)

@@ -5,9 +5,9 @@ on ``SIGUSR1`` (``#SBATCH --signal=SIGUSR1@90``) it saves ``hpc_ckpt_<k>.ckpt`` 
 ``trainer.default_root_dir`` and runs ``scontrol requeue <job id>``. On its own, the requeued job would then
 start a new ``version_N`` and forget the best score. This module closes that gap:
 
-* the first start of a job records it in the run folder (``slurm_job.json``: job id, every start with its
-  ``SLURM_RESTART_COUNT``), pins the logger's version up front and points ``default_root_dir`` at the run's
-  ``checkpoints/`` folder, so Lightning's preemption checkpoint lands inside the run;
+* every start of a job records it in the run folder (``slurm_job.json``: job id, every start with its
+  ``SLURM_RESTART_COUNT``) and points ``default_root_dir`` at the run's ``checkpoints/`` folder, so
+  Lightning's preemption checkpoint lands inside the run (:class:`SlurmRequeue`);
 * a start of the same job id (a requeue) finds that run and resumes it in place from its newest checkpoint
   (the preemption checkpoint, or ``last.ckpt`` when it is newer), like ``--ckpt_path RUN``.
 
@@ -22,7 +22,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import Callback
 
 from project import runs
 
@@ -58,30 +60,46 @@ def newest_checkpoint(run: Path) -> Path | None:
 
 
 def prepare(cfg: Any) -> None:
-    """Under SLURM, before the Trainer is built: resume this job's run if it was requeued, else pin the new
-    run's version; either way send Lightning's preemption checkpoint into the run's ``checkpoints/``.
+    """Under SLURM, before the Trainer is built: if this job id already has a run with a checkpoint (the job
+    was requeued), resume that run in place from its newest checkpoint.
 
     Does nothing outside SLURM, without a TensorBoardLogger, or when ``ckpt_path`` or the logger's version
-    was set explicitly.
+    was set explicitly. Every rank reads the same run folders (written by the job's previous start), so all
+    agree on the run without talking to each other.
     """
     job = slurm_job()
     logger = cfg.trainer.logger
     experiment = runs._logger_dir(logger)
     if job is None or experiment is None or cfg.ckpt_path is not None or logger.init_args.version is not None:
         return
-    existing = runs.runs_of(experiment)
-    mine = [r for r in existing if job_of(r) == job]
-    ckpt = newest_checkpoint(mine[-1]) if mine else None
-    if ckpt is not None:
-        run = mine[-1]
-        cfg.ckpt_path = str(ckpt)
-        log.info("SLURM job %s was requeued: resuming %s from %s", job, run, ckpt.name)
-    else:
-        if mine:
-            log.warning("SLURM job %s: %s holds no checkpoint to resume; starting a new run", job, mine[-1])
-        run = experiment / f"version_{max((runs.version_of(r) for r in existing), default=-1) + 1}"
-    logger.init_args.version = runs.version_of(run)
-    cfg.trainer.default_root_dir = str(run / "checkpoints")
+    mine = [r for r in runs.runs_of(experiment) if job_of(r) == job]
+    if not mine:
+        return
+    ckpt = newest_checkpoint(mine[-1])
+    if ckpt is None:
+        log.warning("SLURM job %s: %s holds no checkpoint to resume; starting a new run", job, mine[-1])
+        return
+    cfg.ckpt_path = str(ckpt)
+    logger.init_args.version = runs.version_of(mine[-1])
+    log.info("SLURM job %s was requeued: resuming %s from %s", job, mine[-1], ckpt.name)
+
+
+class SlurmRequeue(Callback):
+    """Added by the CLI under SLURM: Lightning's preemption checkpoint goes into the run's ``checkpoints/``,
+    and rank 0 records the job in the run folder (``slurm_job.json``), so a requeued start finds both.
+
+    Lightning saves the preemption checkpoint into ``trainer.default_root_dir``; that is set here, from the
+    run folder all ranks agree on (``trainer.log_dir``, broadcast by Lightning), at ``setup``.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or trainer.log_dir is None:
+            return
+        folder = Path(trainer.log_dir) / "checkpoints"
+        trainer._default_root_dir = str(folder)  # read by Lightning's SIGUSR1 handler (hpc_save_path)
+        if trainer.is_global_zero:
+            folder.mkdir(parents=True, exist_ok=True)
+            record_start(Path(trainer.log_dir))
 
 
 def record_start(run: Path) -> None:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import torch
 from helpers import REPO, results, run_dirs
@@ -70,3 +71,61 @@ def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data
     job = json.loads((run / "slurm_job.json").read_text())
     assert job["job"] == "4242" and [s["restart_count"] for s in job["starts"]] == [0, 1]
     assert (run / "config-resume-1.yaml").is_file()
+
+
+PREPARE = """
+import logging, sys, time
+from pathlib import Path
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from project.data import FashionMNISTDataModule
+while not Path(sys.argv[3]).exists():  # start together
+    time.sleep(0.005)
+FashionMNISTDataModule(data_dir=sys.argv[1], source_dir=sys.argv[2]).prepare_data()
+print("ready")
+"""
+
+
+def test_concurrent_prepare_on_shared_storage_imports_once(fashion_source, tmp_path):
+    """Several nodes' ``prepare_data`` on one shared folder at once: one import, the others wait, files intact."""
+    data, go = tmp_path / "shared" / "data", tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", PREPARE, str(data), str(fashion_source), str(go)], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        for _ in range(4)
+    ]
+    go.touch()
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    assert all(o.rstrip().endswith("ready") for o in outputs)
+    assert sum(o.count("importing FashionMNIST") for o in outputs) == 1, outputs
+    from project.data import FashionMNISTDataModule
+
+    dm = FashionMNISTDataModule(data_dir=str(data))
+    dm.verify(md5=True)  # every file whole and as published
+    assert not [p for p in data.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".extract")]
+
+
+def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_path):
+    """scripts/slurm.sbatch with stub srun/scontrol: SIGUSR1 to the batch shell reaches the tasks, the job is
+    requeued from outside the container, and the script exits with the tasks' status."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        f"#!/bin/bash\ntrap 'echo srun-got-USR1 >> {log}; exit 3' USR1\necho srun-started >> {log}\n"
+        "while true; do sleep 0.05; done\n"
+    )
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "scontrol $*" >> {log}\n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "77"}
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "slurm.sbatch")], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.time() + 30
+    while not (log.exists() and "srun-started" in log.read_text()) and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 3, out  # the tasks' exit status
+    lines = log.read_text().splitlines()
+    assert lines[0] == "srun-started" and sorted(lines[1:]) == ["scontrol requeue 77", "srun-got-USR1"]
+    assert "preemption signal" in out

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
+from filelock import FileLock, Timeout
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
@@ -143,10 +144,33 @@ class VisionDataModule(L.LightningDataModule):
         so data already on disk is never fetched again; a download when ``download`` is true.
         A failed import or download removes the folders it created.
 
+        On storage shared by several nodes (Lightning runs ``prepare_data`` once per node) or several jobs,
+        preparation is serialised by a lock file, ``<data_dir>/.prepare.lock`` (``filelock``; needs a file
+        system with working ``flock``, as NFSv4 and most cluster file systems have): one process imports, the
+        others wait, then find the files and only verify them.
+
         Raises:
             DataError: no source has the data, or a file is missing, truncated or fails its md5 check.
         """
+        if all(p.exists() for p in self.expected_files()):
+            self.verify(md5=True)
+            return
+        with created_dirs(self.data_dir):  # a failure leaves no folder it created (lock file included)
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(self.data_dir / ".prepare.lock")
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                log.info("waiting for another process preparing %s (lock %s)", self.data_dir, lock.lock_file)
+                lock.acquire()
+            try:
+                self._prepare_locked()
+            finally:
+                lock.release()
+
+    def _prepare_locked(self) -> None:
         if not all(p.exists() for p in self.expected_files()):
+            log.info("importing %s into %s", self.dataset_cls.__name__, self.data_dir)
             local = self.local_archive_dir()
             if self.source_dir is not None:
                 if not self.source_dir.is_dir():
