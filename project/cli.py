@@ -41,7 +41,7 @@ from project.report import TensorBoardLayout
 log = logging.getLogger("project")
 
 DEFAULT_LOGGER = {
-    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+    "class_path": "project.report.TensorBoardLogger",
     "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False, "log_graph": True},
 }
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}

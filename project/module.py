@@ -129,7 +129,7 @@ class ImageClassifier(L.LightningModule):
         probs = torch.softmax(logits.float(), dim=1)
         self.test_outputs["probs"].append(probs.cpu())
         self.test_outputs["targets"].append(y.cpu())
-        wrong = (probs.argmax(1) != y).nonzero().flatten()[: 64 - self.test_outputs["n_wrong"]]
+        wrong = (probs.argmax(1) != y).nonzero().flatten()[: 16 - self.test_outputs["n_wrong"]]  # 16 are shown
         if len(wrong):
             self.test_outputs["wrong"].append((x[wrong].float().cpu(), y[wrong].cpu(), probs[wrong].argmax(1).cpu()))
             self.test_outputs["n_wrong"] += len(wrong)

@@ -11,6 +11,8 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger as _TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
 
 from project.callbacks import CudnnFlags, Pruning, Throughput, nonzero_params, sparsity
 
@@ -95,8 +97,29 @@ LAYOUT: dict[str, dict[str, list]] = {
     "Pruning": {"Sparsity (global, per layer)": ["Multiline", [r"sparsity/.*"]]},
 }
 
+class TensorBoardLogger(_TensorBoardLogger):
+    """Lightning's ``TensorBoardLogger`` (same arguments, same files), minus the ``epoch`` scalar Lightning adds
+    to every logging call: TensorBoard's TIME SERIES tab sorts tag groups by name and would open on that
+    staircase. The epoch is still in every checkpoint, ``results.json`` and the per-epoch tags' steps."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        metrics = {k: v for k, v in metrics.items() if k != "epoch"}
+        if metrics:
+            super().log_metrics(metrics, step)
+
+
 KEY_HPARAMS = ("net", "dataset", "optimizer", "lr", "batch_size", "max_epochs", "precision", "pruning_amount", "seed")
-HP_METRICS = ("test_acc", "test_loss", "best_val_acc", "train_samples_per_s", "sparsity", "nonzero_params")
+# results.json key -> the scalar tag the HPARAMS tab reads it from: the run's own test tags, the rest beside the
+# curves of their group (a group named after the HPARAMS tab would sort first in TIME SERIES, as single dots).
+HP_METRICS = {
+    "test_acc": "test/acc",
+    "test_loss": "test/loss",
+    "best_val_acc": "val/best_acc",
+    "train_samples_per_s": "train/mean_samples_per_s",
+    "sparsity": "test/sparsity",
+    "nonzero_params": "test/nonzero_params",
+}
 
 
 def _writer(trainer: L.Trainer) -> Any:
@@ -154,8 +177,9 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
     """Write the run's HPARAMS entry once (rank 0): :func:`hparams_of` as columns, :data:`HP_METRICS` as metrics.
 
     Written with TensorBoard's own hparams protos (its summary helper needs TensorFlow), so booleans are
-    booleans (torch's helper turns them into numbers). Each metric is also a scalar ``hp/<name>`` at the final
-    step (the HPARAMS plugin reads metric values from scalars).
+    booleans (torch's helper turns them into numbers). The HPARAMS plugin reads metric values from scalars:
+    ``test/acc`` and ``test/loss`` as the test loop logged them, the others (:data:`HP_METRICS`) written once
+    at the final step.
     """
     from google.protobuf import struct_pb2
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
@@ -165,7 +189,7 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
     if writer is None:
         return
     params = hparams_of(trainer, model, results)
-    metrics = {f"hp/{k}": float(results[k]) for k in HP_METRICS if results.get(k) is not None}
+    metrics = {tag: float(results[k]) for k, tag in HP_METRICS.items() if results.get(k) is not None}
     domains = {"precision": ["32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true"]}
     infos, start = [], plugin_data_pb2.SessionStartInfo()
     for name, value in params.items():
@@ -185,7 +209,8 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
         hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=t)) for t in metrics]
     )
     for name, value in metrics.items():
-        writer.add_scalar(name, value, trainer.global_step)
+        if name not in ("test/acc", "test/loss"):  # those two the test loop has logged already
+            writer.add_scalar(name, value, trainer.global_step)
 
     def summary(tag: str, **data: Any) -> Summary:
         content = plugin_data_pb2.HParamsPluginData(version=metadata.PLUGIN_DATA_VERSION, **data)
@@ -235,26 +260,28 @@ def confusion_figure(confusion: torch.Tensor, labels: list[str] | None = None) -
 
 
 def misclassified_figure(wrong: list, mean: tuple, std: tuple, labels: list[str]) -> Any:
-    """A grid of up to 64 misclassified test images, each titled ``true -> predicted``."""
+    """A 4-column grid of up to 16 misclassified test images, each titled ``true -> predicted`` in a font that
+    reads at TensorBoard's default card size."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = torch.cat([w[0] for w in wrong])[:64]
-    true = torch.cat([w[1] for w in wrong])[:64]
-    pred = torch.cat([w[2] for w in wrong])[:64]
+    n = 16
+    x = torch.cat([w[0] for w in wrong])[:n]
+    true = torch.cat([w[1] for w in wrong])[:n]
+    pred = torch.cat([w[2] for w in wrong])[:n]
     x = x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)  # undo Normalize
-    cols = 8
+    cols = 4
     rows = max(1, -(-len(x) // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.3, rows * 1.5), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.6, rows * 1.9), dpi=100, squeeze=False)
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i < len(x):
             img = x[i].clamp(0, 1).permute(1, 2, 0).numpy()
             ax.imshow(img.squeeze(-1) if img.shape[-1] == 1 else img, cmap="gray" if img.shape[-1] == 1 else None)
-            ax.set_title(f"{labels[int(true[i])]}\n-> {labels[int(pred[i])]}", fontsize=7)
-    fig.suptitle("misclassified test images (true -> predicted)", fontsize=10)
+            ax.set_title(f"{labels[int(true[i])]}\n-> {labels[int(pred[i])]}", fontsize=11)
+    fig.suptitle("misclassified test images\n(true -> predicted)", fontsize=12)
     fig.tight_layout()
     return fig
 

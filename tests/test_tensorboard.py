@@ -61,6 +61,8 @@ def test_dashboards_hold_what_the_readme_promises(tensorboard):
                 "train/samples_per_s", "sparsity/global", "test/class_acc/9_-_nine"):
         assert tag in scalars, tag
     assert len([t for t in scalars if t.startswith("test/class_acc/")]) == 10
+    # TIME SERIES sorts groups by name: no `epoch` staircase and no group of single dots ahead of the curves
+    assert "epoch" not in scalars and not [t for t in scalars if t.startswith("hp/")]
     layout = get(f"{base}/data/plugin/custom_scalars/layout")
     charts = {c["title"]: c["multiline"]["tag"] for cat in layout["category"] for c in cat["chart"]}
     assert charts["Loss (train, val; per epoch)"] == ["train/loss_epoch", "val/loss"]
@@ -73,7 +75,7 @@ def test_dashboards_hold_what_the_readme_promises(tensorboard):
     assert not [c for c in columns if c.startswith("_") or "/" in c]  # no internal keys
     assert columns["in_memory"]["type"] == "DATA_TYPE_BOOL" and columns["lr"]["type"] == "DATA_TYPE_FLOAT64"
     metrics = {m["name"]["tag"] for m in experiment["metricInfos"]}
-    assert {"hp/test_acc", "hp/best_val_acc", "hp/sparsity", "hp/nonzero_params", "hp/train_samples_per_s"} <= metrics
+    assert {"test/acc", "val/best_acc", "test/sparsity", "test/nonzero_params", "train/mean_samples_per_s"} <= metrics
     images = get(f"{base}/data/plugin/images/tags")[name]
     assert {"test/confusion_matrix", "test/misclassified"} <= set(images)
     pr = get(f"{base}/data/plugin/pr_curves/tags")[name]
