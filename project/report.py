@@ -109,7 +109,8 @@ class TensorBoardLogger(_TensorBoardLogger):
             super().log_metrics(metrics, step)
 
 
-KEY_HPARAMS = ("net", "dataset", "optimizer", "lr", "batch_size", "max_epochs", "precision", "pruning_amount", "seed")
+# TensorBoard's HPARAMS tab shows (ticks) the first five hparams, those marked `differs` first: these five.
+KEY_HPARAMS = ("net", "optimizer", "lr", "batch_size", "precision")
 # results.json key -> the scalar tag the HPARAMS tab reads it from: the run's own test tags, the rest beside the
 # curves of their group (a group named after the HPARAMS tab would sort first in TIME SERIES, as single dots).
 HP_METRICS = {
