@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     def make() -> Job:
         run = runs.find_run(ns.run)
         ckpt = Path(ns.run) if Path(ns.run).suffix == ".ckpt" else runs.checkpoint_arg(run, ns.ckpt)
-        state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)["state_dict"]
+        state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)
         inputs = image_files(ns.inputs)
         cli = cli_for_run(run, ["--trainer.accelerator", "cpu", *overrides], "python -m project.predict")
         load_weights(cli, ckpt, state)
