@@ -238,6 +238,10 @@ class StructuredPruning(Callback):
         steps = self.end_epoch - self.start_epoch + 1
         return self.amount * min(epoch - self.start_epoch + 1, steps) / steps
 
+    def reference(self, net: nn.Module) -> None:
+        """Take ``net``'s prunable layer widths as the ones the schedule's fractions refer to."""
+        self.initial = {name: width_of(m) for name, m in prunable_layers(net, self.layer_types).items()}
+
     def keep_at(self, epoch: int) -> dict[str, int] | int:
         """Channels to keep once ``epoch`` has started: per layer, or in total with global ranking."""
         fraction = self.target_at(epoch)
@@ -266,7 +270,7 @@ class StructuredPruning(Callback):
             )
         # The net as configured (setup runs before a resumed checkpoint is loaded): the schedule's reference.
         net = pl_module.net
-        self.initial = {name: width_of(m) for name, m in prunable_layers(net, self.layer_types).items()}
+        self.reference(net)
         hp = pl_module.hparams
         self.before = {
             "params": count_params(net),
