@@ -33,16 +33,21 @@ class Job:
 def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> None:
     """Load a checkpoint's weights strictly into the model rebuilt from the run's config.
 
-    A structurally pruned (slimmed) checkpoint records its layer widths in its hyper-parameters; the model takes
-    them first (``ImageClassifier.on_load_checkpoint``, as Lightning does when it restores), so the weights load
-    strictly into the slimmed shape.
+    Args:
+        checkpoint: the loaded checkpoint (``runs.load_checkpoint``), or only its ``state_dict``. A structurally
+            pruned (slimmed) checkpoint records its layer widths in its ``hyper_parameters``; given the whole
+            checkpoint, the model takes them first (``ImageClassifier.on_load_checkpoint``, as Lightning does when
+            it restores), so the weights load strictly into the slimmed shape. A bare state dict loads only into
+            the config's widths.
 
     Raises:
         ConfigError: the checkpoint does not fit the rebuilt net (e.g. an override changed the net).
     """
     try:
-        cli.model.on_load_checkpoint(checkpoint)
-        cli.model.load_state_dict(checkpoint["state_dict"], strict=True)
+        if "state_dict" in checkpoint:
+            cli.model.on_load_checkpoint(checkpoint)
+            checkpoint = checkpoint["state_dict"]
+        cli.model.load_state_dict(checkpoint, strict=True)
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
         raise ConfigError(f"{ckpt} does not fit model.net={cli.model.hparams.net} ({first})") from None

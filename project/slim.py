@@ -103,8 +103,9 @@ def slim(
         keep: ``{layer name: channels to keep}`` to rank within each layer, or one ``int``: channels to keep in
             all prunable layers together (global ranking). Layers already at or below their number are left alone.
         norm: ``p`` of the Lp norm a channel is ranked by: Torch-Pruning's ``GroupMagnitudeImportance`` -- the
-            norm of every weight removed with the channel (its filter and bias, and the next layer's input
-            slice), averaged over the coupled layers and, for global ranking, divided by the layer's mean.
+            norm of the weights removed with the channel (its filter, and the next layer's input slice; biases
+            are not counted), averaged over the coupled layers and divided by the group's mean (which matters
+            only for global ranking).
         layer_types: whose outputs may be removed (the output layer never is).
 
     Returns:

@@ -14,6 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch import nn
 
 from project import evaluate, predict
+from project.cli import cli_for_run
+from project.errors import ConfigError
 from project.module import ImageClassifier
 from project.nets import LeNet, SimpleCNN, build_net
 from project.slim import StructuredPruning, kept, macs_per_sample, slim
@@ -118,7 +120,13 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
     x = torch.randn(3, 1, 28, 28)
     with torch.no_grad():
         assert torch.equal(net(x), model.eval()(x))
-    # evaluate rebuilds the dense config, takes the checkpoint's widths and reproduces the run's test accuracy
+    # the commands rebuild the run's (dense) config; the whole checkpoint brings its widths, a bare state dict cannot
+    cli = cli_for_run(run, [], "test")
+    with pytest.raises(ConfigError, match="last.ckpt does not fit model.net=lenet"):
+        evaluate.load_weights(cli, last, ckpt["state_dict"])
+    evaluate.load_weights(cli, last, ckpt)
+    assert cli.model.net.widths() == SLIM_LENET
+    # evaluate reproduces the run's test accuracy
     assert evaluate.main([str(run), "--ckpt", "last"]) == 0
     assert json.loads((run / "eval-last-test.json").read_text())["acc"] == r["test_acc"]
     image = tmp_path / "x.png"
