@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import lightning as L
@@ -138,6 +139,10 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
         expected = int(model(MNISTDataModule().eval_transform()(Image.open(image)).unsqueeze(0)).argmax())
     assert (tmp_path / "p.csv").read_text().splitlines()[1].split(",")[1] == str(expected)
     events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
+    readme = (REPO / "README.md").read_text()
+    bullet = readme[readme.index("- TensorBoard scalars with structured pruning") :].split("\n- ")[0]
+    documented = re.findall(r"`(slim/[a-z_/]+)`", bullet)
+    assert len(documented) == 2 and set(documented) <= set(events.Tags()["scalars"])
     params = [e.value for e in events.Scalars("slim/params")]
     assert params == [431_080, SLIM_LENET_PARAMS, SLIM_LENET_PARAMS]  # one per epoch; slimmed at epoch 1
     assert [e.value for e in events.Scalars("slim/width/conv2")] == [50, 34, 34]
