@@ -290,3 +290,15 @@ def test_fashion_mnist_with_the_slim_overlay_through_the_cli(fashion_data, tmp_p
     r = results(run)
     assert r["widths"] == SLIM_LENET and r["params"] == SLIM_LENET_PARAMS and r["channels_last"] is True
     assert r["test_acc"] > 0.5 and "431,080 -> 200,132" in proc.stdout
+
+
+def test_model_widths_trains_a_narrow_net_from_scratch(tiny_mnist, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    widths = '{"channels": [13, 34], "hidden": [340]}'
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--model.widths", widths)) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    r = results(run)
+    assert r["widths"] == SLIM_LENET and r["params"] == r["params_before"] == SLIM_LENET_PARAMS
+    assert r["structured_pruning"] is None
+    assert evaluate.main([str(run)]) == 0  # the run's own config builds this shape
+    assert json.loads((run / "eval-best-test.json").read_text())["acc"] == r["test_acc"]
