@@ -6,15 +6,22 @@ Rows (same net, batch size and data):
    the torchvision DataLoader: the reference every ratio is taken against;
 2. ``lightning`` -- ``Trainer.fit`` on the same DataLoader;
 3. ``lightning_in_memory`` -- ``Trainer.fit`` on the in-memory path (``data.in_memory``);
-4. variants of row 3: mixed/bf16 precision, ``benchmark``, ``channels_last``, ``compile``, 50 % pruned;
-5. ``data_torchvision`` / ``data_in_memory`` -- batches drawn with no model at all.
+4. variants of row 3: mixed/bf16 precision, ``benchmark``, ``channels_last``, ``compile``, 50 % pruned
+   (``pruned_50``: L1 unstructured, masks applied every forward), structurally pruned (``slim``: the net
+   ``--slim_config`` slims to, e.g. LeNet 20/50/500 -> 13/34/340 with ``configs/slim.yaml``);
+5. ``data_torchvision`` / ``data_in_memory`` -- batches drawn with no model at all;
+6. ``infer_<net>_<batch>`` -- eager CPU/GPU inference (``eval()``, ``torch.inference_mode``) of the dense,
+   the 50 % unstructured (masks made permanent, as ``fit`` leaves it) and the slimmed net at batch 1 and 256,
+   in the config's memory format; ``ms/step`` is the latency of one batch. Batch-1 rows time 10x ``--steps``
+   calls.
 
 Each segment runs ``--warmup`` untimed steps, then ``--steps`` timed ones; every row runs ``--repeats``
 times, interleaved with the other rows, and the median is reported. Per row: training samples/s, ms per
 step, peak memory in MiB (process RSS on CPU, reset before each segment where Linux allows;
 ``torch.cuda.max_memory_allocated`` on GPU) and the ratio to its reference: row 1 for training rows,
-``data_torchvision`` for data-only rows. Prints a table and writes ``bench.json`` (rows with their
-settings) and ``bench.md`` (the same table in Markdown).
+``data_torchvision`` for data-only rows, the dense net at the same batch size for inference rows. Prints a
+table and writes ``bench.json`` (rows with their settings) and ``bench.md`` (the same table in Markdown, and
+the dense / unstructured / structured comparison when those rows ran).
 
 Real data is used when ``--data_dir`` holds it (or ``--source_dir`` can import it); otherwise synthetic
 images of the right shape (uint8 noise decoded through PIL exactly like the torchvision datasets).
@@ -47,6 +54,7 @@ from project.callbacks import synced_time
 from project.cli import ProjectCLI, explain_parse_error
 from project.errors import DataError, UserError
 from project.module import ImageClassifier
+from project.slim import StructuredPruning, macs_per_sample, slim
 
 log = logging.getLogger("project.bench")
 
@@ -60,9 +68,17 @@ ALL_ROWS = [
     "channels_last",
     "compile",
     "pruned_50",
+    "slim",
     "data_torchvision",
     "data_in_memory",
+    "infer_dense_1",
+    "infer_dense_256",
+    "infer_pruned_50_1",
+    "infer_pruned_50_256",
+    "infer_slim_1",
+    "infer_slim_256",
 ]
+INFER_BATCHES = (1, 256)
 
 
 class SyntheticImages(Dataset):
@@ -153,6 +169,10 @@ class Bench:
         # The experiment as fit would run it: same parser, same defaults, same checks.
         cli = ProjectCLI(["--config", args.config, "--trainer.logger", "false"], prog="python -m project.bench")
         self.net = cli.model.hparams.net
+        self.num_classes = cli.model.hparams.num_classes
+        self.channels_last = bool(cli.model.hparams.channels_last)
+        self.slim_config = args.slim_config
+        self._slim_widths: dict[str, list[int]] | None = None
         self.optimizer = cli.model.optimizer
         self.optimizer_name = type(self.optimizer([torch.nn.Parameter(torch.zeros(1))])).__name__
         self.data_cls = type(cli.datamodule)
@@ -249,6 +269,64 @@ class Bench:
         trainer.fit(model, datamodule=dm)
         return timer.t1 - timer.t0
 
+    @property
+    def slim_widths(self) -> dict[str, list[int]]:
+        """The widths ``--slim_config``'s StructuredPruning leaves the config's net with (its final step)."""
+        if self._slim_widths is None:
+            cli = ProjectCLI(["--config", self.args.config, "--config", self.slim_config, "--trainer.logger", "false"],
+                             prog="python -m project.bench")  # fmt: skip
+            cb = next((c for c in cli.trainer.callbacks if isinstance(c, StructuredPruning)), None)
+            if cb is None:
+                raise UserError(f"--slim_config {self.slim_config}: it configures no project.slim.StructuredPruning")
+            net = self.model().net
+            cb.reference(net)
+            slim(net, cb.keep_at(cb.end_epoch), cb.norm, cb.layer_types)
+            self._slim_widths = net.widths()
+        return self._slim_widths
+
+    def inference(self, kind: str, batch: int) -> float:
+        """Seconds for ``steps`` (batch 1: 10x ``steps``) eager forward passes of one batch in eval mode."""
+        net = self.model(widths=self.slim_widths if kind == "slim" else None).net.to(self.device).eval()
+        if kind == "pruned_50":
+            for m in net.modules():
+                if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+                    prune.l1_unstructured(m, "weight", amount=0.5)
+                    prune.remove(m, "weight")  # permanent, as fit's Pruning leaves the net: zeros in dense tensors
+        x = torch.randn(batch, *self.data_cls.input_shape, device=self.device)
+        if self.channels_last:
+            net.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        steps = self.infer_steps(batch)
+        with torch.inference_mode():
+            for _ in range(self.warmup):
+                net(x)
+            t0 = synced_time(self.device)
+            for _ in range(steps):
+                net(x)
+            return synced_time(self.device) - t0
+
+    def nets(self, with_slim: bool) -> dict[str, dict[str, Any]]:
+        """Parameters (and nonzero ones), MACs per sample and widths of the dense, 50 % pruned and slimmed nets."""
+        dense = self.model().net
+        params = sum(p.numel() for p in dense.parameters())
+        macs = macs_per_sample(self.net, self.num_classes, None)
+        out = {
+            "dense": {"params": params, "nonzero_params": params, "macs_per_sample": macs, "widths": dense.widths()},
+            # l1_unstructured(amount=0.5) prunes round(0.5 * n) weights of each tensor; biases are kept
+            "pruned_50": {"params": params, "macs_per_sample": macs, "widths": dense.widths(),
+                          "nonzero_params": params - sum(round(0.5 * m.weight.numel()) for m in dense.modules()
+                                                         if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))},
+        }  # fmt: skip
+        if with_slim:
+            net = self.model(widths=self.slim_widths).net
+            n = sum(p.numel() for p in net.parameters())
+            macs = macs_per_sample(self.net, self.num_classes, self.slim_widths)
+            out["slim"] = {"params": n, "nonzero_params": n, "macs_per_sample": macs, "widths": self.slim_widths}
+        return out
+
+    def infer_steps(self, batch: int) -> int:
+        return self.steps * (10 if batch == 1 else 1)
+
     def data_only(self, in_memory: bool) -> float:
         dm = self.datamodule(in_memory=in_memory)
         dm.setup("fit")
@@ -287,13 +365,31 @@ class Bench:
             ),
             "compile": ({"data": "in_memory", "compile": True}, lambda: self.lightning(True, compile=True)),
             "pruned_50": ({"data": "in_memory", "pruned": 0.5}, lambda: self.lightning(True, pruned=True)),
+            "slim": (
+                {"data": "in_memory", "widths": self.slim_widths} if name == "slim" else {},
+                lambda: self.lightning(True, widths=self.slim_widths),
+            ),
             "data_torchvision": ({"loop": "data only", "data": "torchvision"}, lambda: self.data_only(False)),
             "data_in_memory": ({"loop": "data only", "data": "in_memory"}, lambda: self.data_only(True)),
         }
+        for kind in ("dense", "pruned_50", "slim"):
+            for batch in INFER_BATCHES:
+                settings = {"loop": "inference", "batch_size": batch, "steps": self.infer_steps(batch),
+                            "channels_last": self.channels_last}  # fmt: skip
+                if kind == "pruned_50":
+                    settings["pruned"] = 0.5
+                if kind == "slim" and name == f"infer_slim_{batch}":
+                    settings["widths"] = self.slim_widths
+                table[f"infer_{kind}_{batch}"] = (settings, lambda k=kind, b=batch: self.inference(k, b))
         return table[name]
 
     def add_ceiling(self, results: list[dict[str, Any]]) -> None:
-        """Each training row's achieved GFLOP/s and its fraction of the measured GEMM ceiling of its dtype."""
+        """Each model row's achieved GFLOP/s and its fraction of the measured GEMM ceiling of its dtype.
+
+        Training rows count forward + backward FLOPs of their net (:func:`train_flops_per_sample`), inference rows
+        the forward pass (2 FLOPs per multiply-accumulate, :func:`project.slim.macs_per_sample`). A pruned row
+        counts the dense net's FLOPs: the zeros are multiplied all the same.
+        """
         flops = train_flops_per_sample(self.model().net, self.data_cls.input_shape)
         low = torch.float16 if self.device.type == "cuda" else torch.bfloat16
         self.ceiling = {
@@ -305,9 +401,17 @@ class Bench:
             if r["row"].startswith("data_"):
                 r["gflops"] = r["ceiling_fraction"] = None
                 continue
+            widths = r["settings"].get("widths")
+            if r["row"].startswith("infer_"):
+                row_flops = 2 * macs_per_sample(self.net, self.num_classes, widths)
+            elif widths is not None:
+                row_flops = train_flops_per_sample(self.model(widths=widths).net, self.data_cls.input_shape)
+            else:
+                row_flops = flops
             precision = str(r["settings"].get("precision", "32-true"))
             key = "fp32" if precision.startswith("32") else str(low).split(".")[-1]
-            r["gflops"] = r["samples_per_s"] * flops / 1e9
+            r["flops_per_sample"] = row_flops
+            r["gflops"] = r["samples_per_s"] * row_flops / 1e9
             r["ceiling_fraction"] = r["gflops"] / self.ceiling[key]
             r["ceiling_dtype"] = key
 
@@ -326,10 +430,12 @@ class Bench:
         results: list[dict[str, Any]] = []
         for name in rows:
             seconds = statistics.median(times[name])
+            steps = fns[name][0].get("steps", self.steps)
+            batch = fns[name][0].get("batch_size", self.batch_size)
             row = {
                 "row": name,
-                "samples_per_s": self.steps * self.batch_size / seconds,
-                "ms_per_step": 1000 * seconds / self.steps,
+                "samples_per_s": steps * batch / seconds,
+                "ms_per_step": 1000 * seconds / steps,
                 "peak_mem_mib": peaks[name],
                 "repeats_s": times[name],
                 "settings": {
@@ -347,10 +453,14 @@ class Bench:
             results.append(row)
             log.info("%-20s %10.0f samples/s %8.2f ms/step", name, row["samples_per_s"], row["ms_per_step"])
         self.add_ceiling(results)
-        # Training rows compare with the raw recipe loop, data-only rows with the torchvision DataLoader.
+        # Training rows compare with the raw recipe loop, data-only rows with the torchvision DataLoader, inference
+        # rows with the dense net at the same batch size.
         speed = {r["row"]: r["samples_per_s"] for r in results}
         for r in results:
-            r["reference"] = "data_torchvision" if r["row"].startswith("data_") else "raw_loop"
+            if r["row"].startswith("infer_"):
+                r["reference"] = f"infer_dense_{r['settings']['batch_size']}"
+            else:
+                r["reference"] = "data_torchvision" if r["row"].startswith("data_") else "raw_loop"
             ref = speed.get(r["reference"])
             r["ratio"] = r["samples_per_s"] / ref if ref else None
         return results
@@ -374,6 +484,46 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# label, training row, inference-row prefix, key in Bench.nets()
+PRUNING_KINDS = [
+    ("dense", "lightning_in_memory", "infer_dense", "dense"),
+    ("unstructured 50 %", "pruned_50", "infer_pruned_50", "pruned_50"),
+    ("structured", "slim", "infer_slim", "slim"),
+]
+
+
+def pruning_markdown(rows: list[dict[str, Any]], nets: dict[str, dict[str, Any]]) -> str:
+    """Dense vs 50 % unstructured vs structured side by side: size, MACs, training speed, inference latency.
+
+    Speed-ups (×) are against the dense net: training samples/s, and latency at the same batch size (dense ms
+    / row ms). A row that did not run shows ``-``.
+    """
+    by = {r["row"]: r for r in rows}
+
+    def cell(row: str, ref: str, latency: bool) -> str:
+        if row not in by:
+            return "-"
+        text = f"{by[row]['ms_per_step']:.2f} ms" if latency else f"{by[row]['samples_per_s']:,.0f}"
+        if ref not in by:
+            return text
+        return f"{text} ({by[row]['samples_per_s'] / by[ref]['samples_per_s']:.2f}×)"
+
+    head = " | ".join(f"inference latency, batch {b}" for b in INFER_BATCHES)
+    lines = [
+        f"| net | params (nonzero) | MACs/sample | training samples/s | {head} |",
+        "|---|---:|---:|---:|" + "---:|" * len(INFER_BATCHES),
+    ]
+    for label, train_row, infer, key in PRUNING_KINDS:
+        net = nets[key]
+        name = label + (" " + "/".join(str(w) for ws in net["widths"].values() for w in ws) if key == "slim" else "")
+        latency = " | ".join(cell(f"{infer}_{b}", f"infer_dense_{b}", True) for b in INFER_BATCHES)
+        lines.append(
+            f"| {name} | {net['params']:,} ({net['nonzero_params']:,}) | {net['macs_per_sample']:,} "
+            f"| {cell(train_row, 'lightning_in_memory', False)} | {latency} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m project.bench", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="configs/mnist.yaml", help="experiment config: net, data module, batch size")
@@ -386,6 +536,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=None, help="default: the config's")
     p.add_argument("--num_workers", type=int, default=None, help="loader workers; default: config on GPU, 0 on CPU")
     p.add_argument("--rows", nargs="+", choices=ALL_ROWS, default=ALL_ROWS, metavar="ROW", help=" ".join(ALL_ROWS))
+    p.add_argument("--slim_config", default="configs/slim.yaml",
+                   help="overlay with the StructuredPruning whose final widths the slim rows use")  # fmt: skip
     p.add_argument("--out", default="bench.json", help="JSON output; a .md table is written beside it")
     args = p.parse_args(argv)
     for key in ("steps", "warmup", "repeats"):
@@ -393,6 +545,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{key} must be >= 1")
     if args.config and not Path(args.config).is_file():
         p.error(f"--config {args.config} does not exist")
+    if any("slim" in row for row in args.rows) and not Path(args.slim_config).is_file():
+        p.error(f"--slim_config {args.slim_config} does not exist")
     return args
 
 
@@ -421,9 +575,14 @@ def main(argv: list[str] | None = None) -> int:
         f"training {bench.flops_per_sample / 1e6:.1f} MFLOP/sample; GEMM ceiling "
         + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in bench.ceiling.items())
     )
+    nets = bench.nets(with_slim=any("slim" in row for row in args.rows))
     table = markdown(rows, header)
+    comparison = pruning_markdown(rows, nets) if "slim" in nets else ""
+    if comparison:
+        table += "\nDense vs pruned (× = speed relative to the dense net):\n\n" + comparison
     out = Path(args.out)
-    meta = {"flops_per_sample": bench.flops_per_sample, "gemm_gflops": bench.ceiling}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"flops_per_sample": bench.flops_per_sample, "gemm_gflops": bench.ceiling, "nets": nets}
     out.write_text(json.dumps({"header": header, **meta, "rows": rows}, indent=2) + "\n")
     out.with_suffix(".md").write_text(table)
     print(table)

@@ -45,12 +45,13 @@ DEFAULT_LOGGER = {
     "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False, "log_graph": True},
 }
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
-HELP_OVERVIEW = """The project's own options: --model.* (net, optimizer, lr_scheduler, channels_last, compile),
+HELP_OVERVIEW = """The project's own options: --model.* (net, widths, optimizer, lr_scheduler, channels_last, compile),
 --data.* (data_dir, source_dir, batch_size, num_workers, val_size, in_memory; see
 `--data.help project.data.FashionMNISTDataModule`), --checkpoint.*, --cudnn.enabled, --ckpt_path,
 --trust_checkpoint; pruning: --trainer.callbacks+=project.callbacks.Pruning (see
-`--trainer.callbacks.help project.callbacks.Pruning`). Every other --trainer.* option is Lightning's Trainer
-argument of the same name (full list below)."""
+`--trainer.callbacks.help project.callbacks.Pruning`); structured pruning (a physically slimmed net):
+--config configs/slim.yaml or --trainer.callbacks+=project.slim.StructuredPruning. Every other --trainer.* option
+is Lightning's Trainer argument of the same name (full list below)."""
 
 
 class RunConfig(SaveConfigCallback):
@@ -240,6 +241,15 @@ def explain_parse_error(message: str) -> str:
         keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
         name, value, rule = restricted.groups()
         return f"{'.'.join(keys)}: {value} is not a {name} (needs {rule.strip()})"
+    nested = re.search(
+        r"- Problem with given class_path '[^']+':\s*Parser key \"([^\"]+)\":\s*Expected a (.*?)\. Got value: (.*)",
+        message,
+    )
+    outer = re.match(r'Parser key "([^"]+)"', message.strip())
+    if nested and outer:  # an init argument of a class given by class_path (e.g. a callback's): name the key
+        key, expected, given = nested.groups()
+        expected = re.sub(r"<class '(\w+)'>", r"\1", expected).replace("typing.Literal", "one of ")
+        return f"{outer.group(1)}.{key}: invalid value {given.strip()!r}; expected {expected}"
     errors = [line[2:] for line in lines if line.startswith("- ")]
     specific = [e for e in errors if not e.startswith(_GENERIC) and not e.startswith("Expected a ")]
     if specific:

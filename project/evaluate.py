@@ -27,17 +27,27 @@ class Job:
     ckpt_name: str
     split: str
     cli: ProjectCLI
-    state_dict: dict[str, Any]
+    checkpoint: dict[str, Any]
 
 
-def load_weights(cli: ProjectCLI, ckpt: Path, state_dict: dict[str, Any]) -> None:
-    """Load a checkpoint's weights strictly into the rebuilt model.
+def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> None:
+    """Load a checkpoint's weights strictly into the model rebuilt from the run's config.
+
+    Args:
+        checkpoint: the loaded checkpoint (``runs.load_checkpoint``), or only its ``state_dict``. A structurally
+            pruned (slimmed) checkpoint records its layer widths in its ``hyper_parameters``; given the whole
+            checkpoint, the model takes them first (``ImageClassifier.on_load_checkpoint``, as Lightning does when
+            it restores), so the weights load strictly into the slimmed shape. A bare state dict loads only into
+            the config's widths.
 
     Raises:
         ConfigError: the checkpoint does not fit the rebuilt net (e.g. an override changed the net).
     """
     try:
-        cli.model.load_state_dict(state_dict, strict=True)
+        if "state_dict" in checkpoint:
+            cli.model.on_load_checkpoint(checkpoint)
+            checkpoint = checkpoint["state_dict"]
+        cli.model.load_state_dict(checkpoint, strict=True)
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
         raise ConfigError(f"{ckpt} does not fit model.net={cli.model.hparams.net} ({first})") from None
@@ -51,7 +61,7 @@ def evaluate(job: Job) -> dict[str, Any]:
         ``confusion_matrix`` (rows: true class), ``samples``, ``split``, ``ckpt``.
     """
     cli, data = job.cli, job.cli.datamodule
-    load_weights(cli, job.ckpt, job.state_dict)
+    load_weights(cli, job.ckpt, job.checkpoint)
     if job.split == "val":  # the module's test step keeps the confusion matrix; feed it the validation split
         data.test_dataloader = data.val_dataloader
     metrics = cli.trainer.test(cli.model, datamodule=data, verbose=False)[0]
@@ -91,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     def make() -> Job:
         run = runs.find_run(ns.run)
         ckpt = Path(ns.run) if Path(ns.run).suffix == ".ckpt" else runs.checkpoint_arg(run, ns.ckpt)
-        state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)["state_dict"]
+        state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)
         name = ns.ckpt if ns.ckpt in ("best", "last") and Path(ns.run).suffix != ".ckpt" else ckpt.stem
         return Job(run, ckpt, name, ns.split, cli_for_run(run, overrides, "python -m project.evaluate"), state)
 

@@ -16,7 +16,8 @@ max absolute difference to eager outputs (must be <= ``--atol``, default 1e-4, i
 latency in milliseconds per batch of 1 and of 256, exported vs eager. A file that fails the check is deleted
 and the command exits 1.
 
-Pruned runs export like any other: their checkpoints hold plain (zeroed) weights, not masks.
+Pruned runs export like any other: their checkpoints hold plain (zeroed) weights, not masks; a structurally
+pruned (slimmed) run exports its smaller net, rebuilt from the widths in its checkpoint.
 """
 
 from __future__ import annotations
@@ -191,14 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         run = runs.find_run(ns.run)
         is_file = Path(ns.run).suffix == ".ckpt"
         ckpt = Path(ns.run) if is_file else runs.checkpoint_arg(run, ns.ckpt)
-        state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)["state_dict"]
+        checkpoint = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)  # whole: a slimmed net's widths too
         name = ns.ckpt if ns.ckpt in ("best", "last") and not is_file else ckpt.stem
         out = Path(ns.out) if ns.out else run / f"model-{name}{FORMATS[ns.format]}"
         if out.is_dir():
             raise ConfigError(f"--out {out} is a folder; give a file name")
         overrides_cpu = ["--trainer.accelerator", "cpu", "--model.compile", "false", *overrides]
         cli = cli_for_run(run, overrides_cpu, "python -m project.export")
-        load_weights(cli, ckpt, state)
+        load_weights(cli, ckpt, checkpoint)
         return Job(run, ckpt, name, ns.format, out, ns.atol, ns.repeats, cli)
 
     return run_main(make, export)

@@ -4,6 +4,7 @@ A thin entry point over :func:`fit`, which does the work and returns the metrics
 
     python -m project.fit --config configs/fashion_mnist.yaml --trainer.max_epochs 2
     python -m project.fit --config configs/mnist.yaml --config configs/pruning.yaml
+    python -m project.fit --config configs/fashion_mnist.yaml --config configs/slim.yaml
     python -m project.fit --config configs/mnist.yaml --ckpt_path last
     python -m project.fit --config configs/cifar10.yaml --print_config
 
@@ -19,12 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from project import report, runs
 from project.callbacks import Pruning
 from project.cli import ProjectCLI, run_main
 from project.errors import ConfigError
+from project.nets import build_net
+from project.slim import StructuredPruning
 
 log = logging.getLogger("project")
 
@@ -58,13 +62,20 @@ def epochs_done(ckpt: dict[str, Any]) -> int:
 def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
     """Refuse, before anything is written, a resume that cannot continue the checkpoint's run.
 
-    Checked: the net's parameter names and shapes; a length-sized LR scheduler (one-cycle, cosine) against
-    the run's own config (``SCHEDULE_KEYS``); the pruning schedule stored with the masks.
+    Checked: the net's parameter names and shapes (a slimmed checkpoint's at its recorded widths); a
+    length-sized LR scheduler (one-cycle, cosine) against the run's own config (``SCHEDULE_KEYS``); the pruning
+    schedule stored with the masks, and the structured-pruning schedule.
 
     Raises:
         ConfigError: naming what differs and what to do.
     """
-    model_sd = {k: tuple(v.shape) for k, v in cli.model.state_dict().items()}
+    model = cli.model
+    # A slimmed checkpoint carries its widths; the module rebuilds that shape when it loads (on_load_checkpoint).
+    widths = (ckpt.get("hyper_parameters") or {}).get("widths", model.hparams.get("widths"))
+    with torch.device("meta"):
+        net = build_net(model.hparams.net, model.hparams.num_classes, widths)
+    model_sd = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.startswith("net.")}
+    model_sd |= {f"net.{k}": tuple(v.shape) for k, v in net.state_dict().items()}
     ckpt_sd = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
     if model_sd != ckpt_sd:
         diff = sorted(set(model_sd.items()) ^ set(ckpt_sd.items()))[:2]
@@ -84,12 +95,22 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
                 f"ckpt_path: the run's learning-rate schedule was sized for its own length and cannot continue "
                 f"with {what}; resume with the run's settings, or start a new run (drop --ckpt_path)"
             )
-    for cb in cli.trainer.callbacks:
-        if isinstance(cb, Pruning):
-            saved = ckpt.get("callbacks", {}).get(cb.state_key, {}).get("schedule")
-            if saved is not None and saved != cb.schedule():
+    saved_states = ckpt.get("callbacks", {})
+    for cls in (Pruning, StructuredPruning):
+        ours = [cb for cb in cli.trainer.callbacks if isinstance(cb, cls)]
+        saved = [v.get("schedule") for k, v in saved_states.items() if k.startswith(f"{cls.__name__}{{")]
+        if cls is StructuredPruning and saved and not ours:
+            raise ConfigError(
+                f"ckpt_path: the checkpoint was slimmed by structured pruning on the schedule {saved[0]} and the "
+                "config has none; resume with the run's settings (e.g. --config configs/slim.yaml)"
+            )
+        for cb in ours:
+            schedule = saved_states.get(cb.state_key, {}).get("schedule")
+            if schedule is None and saved:
+                schedule = saved[0]
+            if schedule is not None and schedule != cb.schedule():
                 raise ConfigError(
-                    f"ckpt_path: the checkpoint was pruned on the schedule {saved}, the config asks for "
+                    f"ckpt_path: the checkpoint was pruned on the schedule {schedule}, the config asks for "
                     f"{cb.schedule()}; resume with the run's pruning settings"
                 )
 
@@ -126,9 +147,10 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
         trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=not cli.config.trust_checkpoint)
         if trainer.interrupted:
             return {}
-        pruning = report.callback(trainer, Pruning)
+        pruning = report.callback(trainer, Pruning) or report.callback(trainer, StructuredPruning)
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        # A pruning run is judged on its final, fully pruned weights: its best val/acc may predate pruning.
+        # A pruning run is judged on its final, fully pruned (or slimmed) weights: its best val/acc may predate
+        # pruning.
         test_ckpt = "best" if best and pruning is None else None
         metrics = trainer.test(model, datamodule=data, ckpt_path=test_ckpt, verbose=False, weights_only=True)[0]
     except BaseException:

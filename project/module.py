@@ -42,9 +42,13 @@ class ImageClassifier(L.LightningModule):
         channels_last: keep the net's weights and each input batch in ``torch.channels_last`` memory format.
         compile: compile the net's forward with ``torch.compile`` (``nn.Module.compile``, so parameter names,
             checkpoints and pruning are unchanged).
+        widths: the net's layer widths, e.g. LeNet's ``{"channels": [20, 50], "hidden": [500]}``; default (null):
+            the recipe's. Structured pruning (:class:`project.slim.StructuredPruning`) narrows the net during
+            training and records the new widths here, so checkpoints carry them in their hyper-parameters and
+            :meth:`on_load_checkpoint` rebuilds the slimmed shape before the weights load strictly.
 
     Raises:
-        ConfigError: the net does not take the data's image shape.
+        ConfigError: the net does not take the data's image shape, or ``widths`` does not fit the net.
     """
 
     def __init__(
@@ -57,6 +61,7 @@ class ImageClassifier(L.LightningModule):
         lr_scheduler_interval: Literal["step", "epoch"] | None = None,
         channels_last: bool = False,
         compile: bool = False,
+        widths: dict[str, list[int]] | None = None,
     ) -> None:
         super().__init__()
         if num_classes < 2:
@@ -65,7 +70,7 @@ class ImageClassifier(L.LightningModule):
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"], logger=False)
         to_builtin(self.hparams)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
-        self.net = build_net(net, num_classes)
+        self.net = self._build(widths)
         if input_shape is not None and tuple(input_shape) != tuple(self.net.input_shape):
             shape = "x".join(map(str, input_shape))
             fits = [name for name, cls in NETS.items() if tuple(cls.input_shape) == tuple(input_shape)]
@@ -80,6 +85,50 @@ class ImageClassifier(L.LightningModule):
         self.test_confmat = MulticlassConfusionMatrix(num_classes)
         if channels_last:
             self.net.to(memory_format=torch.channels_last)
+
+    def _build(self, widths: dict[str, Any] | None) -> torch.nn.Module:
+        try:
+            return build_net(self.hparams.net, self.hparams.num_classes, widths)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e) if "model." in str(e) else f"model.widths: {e}") from None
+
+    def set_widths(self, widths: dict[str, Any] | None) -> bool:
+        """Give the net these layer widths: rebuild it (freshly initialised) unless it has them already.
+
+        Used before a slimmed checkpoint's weights load into a net built from the run's config. The new net takes
+        the old one's device, dtype, memory format and compilation; the global RNG is left as it was, so a resumed
+        run draws the same random numbers as an uninterrupted one. Records ``widths`` in ``hparams``.
+
+        Returns:
+            Whether the net was rebuilt.
+
+        Raises:
+            ConfigError: ``widths`` does not fit the net.
+        """
+        target = self._build_widths(widths)
+        if target == self.net.widths():
+            self.hparams["widths"] = widths
+            return False
+        first = next(self.net.parameters())
+        with torch.random.fork_rng(devices=[]):
+            net = self._build(widths).to(device=first.device, dtype=first.dtype)
+        if self.hparams.channels_last:
+            net.to(memory_format=torch.channels_last)
+        if getattr(self, "_compiled", False):
+            net.compile()
+        self.net = net
+        self.hparams["widths"] = widths
+        return True
+
+    def _build_widths(self, widths: dict[str, Any] | None) -> dict[str, list[int]]:
+        with torch.device("meta"):
+            return self._build(widths).widths()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Rebuild the net with the checkpoint's widths (``hyper_parameters.widths``) before its weights load."""
+        hparams = checkpoint.get("hyper_parameters") or {}
+        if "widths" in hparams:
+            self.set_widths(hparams["widths"])
 
     def configure_model(self) -> None:
         if self.hparams.compile and not getattr(self, "_compiled", False):

@@ -1,60 +1,93 @@
-"""The two recipe networks as plain ``nn.Module``s (no Lightning).
+"""The two recipe networks as plain ``nn.Module``s (no Lightning), with configurable widths.
 
 * :class:`SimpleCNN` -- recipe A (CIFAR-10): two 3x3 convolutions and one linear layer.
 * :class:`LeNet` -- recipe B (MNIST): LeCun et al. (1998) LeNet-5 style, 20/50 filters, 500 hidden units.
+
+The defaults are the recipes' layers. The widths (conv ``channels``, ``hidden`` linear units) are constructor
+arguments so that a structurally pruned ("slimmed") net is rebuilt from plain numbers: each net reports its
+current widths with :meth:`widths`, and ``build_net(name, num_classes, widths)`` rebuilds that shape, into which
+the slimmed net's ``state_dict`` loads strictly.
 """
 
 from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 
-class SimpleCNN(nn.Module):
-    """Recipe A's CIFAR-10 network: 332,778 parameters for ``num_classes=10``.
+def _widths(value: Sequence[int], n: int, key: str) -> tuple[int, ...]:
+    widths = tuple(int(v) for v in value)
+    if len(widths) != n or any(w < 1 for w in widths):
+        raise ValueError(f"model.widths.{key}: needs {n} positive integer(s), got {list(value)}")
+    return widths
 
-    Layers: Conv2d(3->16, 3x3, pad 1), ReLU, Conv2d(16->32, 3x3, pad 1), ReLU, flatten,
-    Linear(32*32*32 -> num_classes). There is no pooling, so the input size is fixed.
+
+class SimpleCNN(nn.Module):
+    """Recipe A's CIFAR-10 network: 332,778 parameters for ``num_classes=10`` and the default widths.
+
+    Layers: Conv2d(3->c1, 3x3, pad 1), ReLU, Conv2d(c1->c2, 3x3, pad 1), ReLU, flatten,
+    Linear(c2*32*32 -> num_classes), with ``channels=(c1, c2)`` (recipe: 16, 32). There is no pooling, so the
+    input size is fixed.
 
     Shapes:
         input: float tensor (N, 3, 32, 32); output: logits (N, num_classes), same dtype.
+
+    Raises:
+        ValueError: ``channels`` is not two positive integers.
     """
 
     input_shape = (3, 32, 32)
 
-    def __init__(self, num_classes: int = 10) -> None:
+    def __init__(self, num_classes: int = 10, channels: Sequence[int] = (16, 32)) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, kernel_size=3, stride=1, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, stride=1, padding=1)
+        c1, c2 = _widths(channels, 2, "channels")
+        self.conv1 = nn.Conv2d(3, c1, kernel_size=3, stride=1, padding=1)
+        self.conv2 = nn.Conv2d(c1, c2, kernel_size=3, stride=1, padding=1)
         self.relu = nn.ReLU()
-        self.fc = nn.Linear(32 * 32 * 32, num_classes)
+        self.fc = nn.Linear(c2 * 32 * 32, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.relu(self.conv1(x))
         x = self.relu(self.conv2(x))
         return self.fc(torch.flatten(x, 1))
 
+    def widths(self) -> dict[str, list[int]]:
+        """The current widths, read from the layers: ``{"channels": [c1, c2]}``."""
+        return {"channels": [self.conv1.out_channels, self.conv2.out_channels]}
+
 
 class LeNet(nn.Module):
-    """Recipe B's MNIST network: 431,080 parameters for ``num_classes=10``.
+    """Recipe B's MNIST network: 431,080 parameters for ``num_classes=10`` and the default widths.
 
-    Layers: Conv2d(1->20, 5x5), ReLU, MaxPool 2x2, Conv2d(20->50, 5x5), ReLU, MaxPool 2x2,
-    flatten (50*4*4 = 800), Linear(800->500), ReLU, Linear(500->num_classes).
+    Layers: Conv2d(1->c1, 5x5), ReLU, MaxPool 2x2, Conv2d(c1->c2, 5x5), ReLU, MaxPool 2x2,
+    flatten (c2*4*4), Linear(c2*16->h), ReLU, Linear(h->num_classes), with ``channels=(c1, c2)`` (recipe: 20, 50)
+    and ``hidden=(h,)`` (recipe: 500).
 
     Shapes:
         input: float tensor (N, 1, 28, 28); output: logits (N, num_classes), same dtype.
+
+    Raises:
+        ValueError: ``channels`` is not two or ``hidden`` not one positive integer.
     """
 
     input_shape = (1, 28, 28)
 
-    def __init__(self, num_classes: int = 10) -> None:
+    def __init__(
+        self, num_classes: int = 10, channels: Sequence[int] = (20, 50), hidden: Sequence[int] = (500,)
+    ) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 20, kernel_size=5)
-        self.conv2 = nn.Conv2d(20, 50, kernel_size=5)
+        c1, c2 = _widths(channels, 2, "channels")
+        (h,) = _widths(hidden, 1, "hidden")
+        self.conv1 = nn.Conv2d(1, c1, kernel_size=5)
+        self.conv2 = nn.Conv2d(c1, c2, kernel_size=5)
         self.pool = nn.MaxPool2d(2)
         self.relu = nn.ReLU()
-        self.fc1 = nn.Linear(800, 500)
-        self.fc2 = nn.Linear(500, num_classes)
+        self.fc1 = nn.Linear(c2 * 4 * 4, h)
+        self.fc2 = nn.Linear(h, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.pool(self.relu(self.conv1(x)))
@@ -62,17 +95,32 @@ class LeNet(nn.Module):
         x = self.relu(self.fc1(torch.flatten(x, 1)))
         return self.fc2(x)
 
+    def widths(self) -> dict[str, list[int]]:
+        """The current widths, read from the layers: ``{"channels": [c1, c2], "hidden": [h]}``."""
+        return {"channels": [self.conv1.out_channels, self.conv2.out_channels], "hidden": [self.fc1.out_features]}
+
 
 NETS: dict[str, type[nn.Module]] = {"simple_cnn": SimpleCNN, "lenet": LeNet}
 
 
-def build_net(name: str, num_classes: int = 10) -> nn.Module:
+def build_net(name: str, num_classes: int = 10, widths: dict[str, Any] | None = None) -> nn.Module:
     """Return a freshly initialised net by name (``"simple_cnn"`` or ``"lenet"``).
 
+    Args:
+        widths: layer widths as the net's :meth:`widths` reports them (e.g. LeNet's
+            ``{"channels": [14, 35], "hidden": [350]}``); ``None`` or missing keys: the recipe's.
+
     Raises:
-        ValueError: unknown ``name``; the message lists the known names.
+        ValueError: unknown ``name`` (the message lists the known names), an unknown width key for that net, or
+            widths that are not positive integers.
     """
     try:
-        return NETS[name](num_classes=num_classes)
+        cls = NETS[name]
     except KeyError:
         raise ValueError(f"model.net: unknown net {name!r}; choose one of {sorted(NETS)}") from None
+    widths = dict(widths or {})
+    known = sorted(k for k in inspect.signature(cls).parameters if k != "num_classes")
+    unknown = sorted(set(widths) - set(known))
+    if unknown:
+        raise ValueError(f"model.widths: {name} has no width {unknown[0]!r}; its widths are {known}")
+    return cls(num_classes=num_classes, **widths)

@@ -91,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     def make() -> Job:
         run = runs.find_run(ns.run)
         ckpt = Path(ns.run) if Path(ns.run).suffix == ".ckpt" else runs.checkpoint_arg(run, ns.ckpt)
-        state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)["state_dict"]
+        checkpoint = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)  # whole: a slimmed net's widths too
         image_files(ns.inputs)  # a missing input is a usage error, before anything is built
         cli = cli_for_run(run, ["--trainer.accelerator", "cpu", *overrides], "python -m project.predict")
-        load_weights(cli, ckpt, state)
+        load_weights(cli, ckpt, checkpoint)
         return Job(cli, ns.inputs, Path(ns.out), ns.top_k)
 
     return run_main(make, predict)

@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import TensorBoardLogger as _TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from project.callbacks import CudnnFlags, Pruning, Throughput, nonzero_params, sparsity
+from project.slim import StructuredPruning, count_params, macs_per_sample, weights_bytes
 
 
 def callback(trainer: L.Trainer, cls: type) -> Any:
@@ -41,11 +42,21 @@ def build_results(
     """The ``results.json`` dict of a finished fit + test.
 
     Fields: accuracies and losses (fractions 0-1), ``epoch_time_s`` (seconds per epoch, training steps only),
-    ``train_samples_per_s`` (median over epochs, all ranks), parameter counts, sparsity, the effective
-    precision and cudnn flags, the data path, and the paths of the run.
+    ``train_samples_per_s`` (median over epochs, all ranks), parameter counts and multiply-accumulates per sample
+    of the final net and of the net the run started with (``*_before``: they differ after structured pruning),
+    its ``widths``, ``weights_bytes`` (the state dict saved alone) and ``checkpoint_bytes`` (``last.ckpt``, with
+    optimizer state), sparsity, the effective precision and cudnn flags, the data path, and the paths of the run.
     """
     ckpt_cb = trainer.checkpoint_callback
     pruning = callback(trainer, Pruning)
+    slimming = callback(trainer, StructuredPruning)
+    hp = model.hparams
+    params = count_params(model.net)
+    macs = macs_per_sample(hp.net, hp.num_classes, model.net.widths())
+    before = {"params": params, "macs_per_sample": macs}
+    if slimming is not None and slimming.before:
+        before = slimming.before
+    last = ckpt_cb.last_model_path if ckpt_cb else ""
     throughput = callback(trainer, Throughput)
     stats = sparsity(pruning.named_targets()) if pruning is not None else {"global": 0.0}
     best = ckpt_cb.best_model_path if ckpt_cb is not None else ""
@@ -59,8 +70,15 @@ def build_results(
         "global_step": trainer.global_step,
         "train_samples_per_s": statistics.median(throughput.samples_per_s) if throughput.samples_per_s else None,
         "epoch_time_s": throughput.epoch_time_s,
-        "params": sum(p.numel() for p in model.net.parameters()),
+        "params": params,
+        "params_before": before["params"],
         "nonzero_params": nonzero_params(model.net),
+        "macs_per_sample": macs,
+        "macs_per_sample_before": before["macs_per_sample"],
+        "widths": model.net.widths(),
+        "weights_bytes": weights_bytes(model.net),
+        "checkpoint_bytes": Path(last).stat().st_size if last and "://" not in last and Path(last).is_file() else None,
+        "structured_pruning": slimming.schedule() if slimming is not None else None,
         "sparsity": stats["global"],
         "sparsity_per_layer": {k: v for k, v in stats.items() if k != "global"},
         "precision": trainer.precision,
@@ -73,7 +91,7 @@ def build_results(
         "test_samples": int(model.test_confusion.sum()),
         "confusion_matrix": model.test_confusion.tolist(),
         "best_ckpt": _abs(best),
-        "last_ckpt": _abs(ckpt_cb.last_model_path if ckpt_cb else ""),
+        "last_ckpt": _abs(last),
         "test_ckpt": _abs(best) if test_ckpt else "final weights",
         "log_dir": str(run_dir(trainer)) if run_dir(trainer) else None,
         "world_size": trainer.world_size,
@@ -95,7 +113,13 @@ LAYOUT: dict[str, dict[str, list]] = {
         "Epoch time (s)": ["Multiline", ["train/epoch_time_s"]],
     },
     "Pruning": {"Sparsity (global, per layer)": ["Multiline", [r"sparsity/.*"]]},
+    "Structured pruning": {
+        "Parameters": ["Multiline", ["slim/params"]],
+        "MACs per sample": ["Multiline", ["slim/macs_per_sample"]],
+        "Layer widths": ["Multiline", [r"slim/width/.*"]],
+    },
 }
+
 
 class TensorBoardLogger(_TensorBoardLogger):
     """Lightning's ``TensorBoardLogger`` (same arguments, same files), minus the ``epoch`` scalar Lightning adds
@@ -120,6 +144,11 @@ HP_METRICS = {
     "train_samples_per_s": "train/mean_samples_per_s",
     "sparsity": "test/sparsity",
     "nonzero_params": "test/nonzero_params",
+    "params": "test/params",
+    "params_before": "test/params_before",
+    "macs_per_sample": "test/macs_per_sample",
+    "macs_per_sample_before": "test/macs_per_sample_before",
+    "checkpoint_bytes": "test/checkpoint_bytes",
 }
 
 
@@ -143,7 +172,8 @@ class TensorBoardLayout(Callback):
         writer = _writer(trainer)
         if writer is None or trainer.ckpt_path is not None:
             return
-        layout = {k: v for k, v in LAYOUT.items() if k != "Pruning" or callback(trainer, Pruning) is not None}
+        wanted = {"Pruning": Pruning, "Structured pruning": StructuredPruning}
+        layout = {k: v for k, v in LAYOUT.items() if k not in wanted or callback(trainer, wanted[k]) is not None}
         writer.add_custom_scalars(layout)
 
 
@@ -152,7 +182,7 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
     opt = trainer.optimizers[0] if trainer.optimizers else None
     group = opt.param_groups[0] if opt is not None else {}
     scheds = trainer.lr_scheduler_configs
-    pruning = callback(trainer, Pruning)
+    pruning = callback(trainer, Pruning) or callback(trainer, StructuredPruning)
     data = trainer.datamodule
     return {
         "net": model.hparams.net,
@@ -169,7 +199,7 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
         "channels_last": bool(results["channels_last"]),
         "compile": bool(results["compile"]),
         "pruning": pruning.method if pruning is not None else "none",
-        "pruning_amount": float(pruning.target) if pruning is not None else 0.0,
+        "pruning_amount": float(pruning.target if isinstance(pruning, Pruning) else pruning.amount) if pruning else 0.0,
         "seed": int(results["seed"]) if results["seed"] is not None else -1,
     }
 
@@ -316,6 +346,13 @@ def write_test_report(trainer: L.Trainer, model: Any) -> None:
     writer.flush()
 
 
+def _before_after(results: dict[str, Any], key: str) -> str:
+    now, before = results.get(key), results.get(f"{key}_before")
+    if now is None:
+        return "-"
+    return f"{before:,} -> {now:,}" if before is not None and before != now else f"{now:,}"
+
+
 def print_summary(results: dict[str, Any]) -> None:
     """Print the headline numbers of a run as a two-column table."""
     rows = [
@@ -325,7 +362,8 @@ def print_summary(results: dict[str, Any]) -> None:
         ("epochs / steps", f"{results['epochs']} / {results['global_step']}"),
         ("train samples/s", f"{results['train_samples_per_s']:.0f}" if results["train_samples_per_s"] else "-"),
         ("epoch time (s)", ", ".join(f"{t:.1f}" for t in results["epoch_time_s"]) or "-"),
-        ("params (nonzero)", f"{results['params']:,} ({results['nonzero_params']:,})"),
+        ("params (nonzero)", f"{_before_after(results, 'params')} ({results['nonzero_params']:,})"),
+        ("MACs per sample", _before_after(results, "macs_per_sample")),
         ("sparsity", f"{results['sparsity']:.4f}"),
         ("precision", results["precision"]),
         ("results", f"{results['log_dir']}/results.json" if results["log_dir"] else "not written (no run folder)"),

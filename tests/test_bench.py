@@ -27,13 +27,27 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
     for r in rows:
         assert r["samples_per_s"] > 0 and r["peak_mem_mib"] > 10 and len(r["repeats_s"]) == 2
         s = r["settings"]
-        assert (s["synthetic"], s["batch_size"], s["device"], s["net"]) == (True, 64, "cpu", "lenet")
+        batch = int(r["row"].rsplit("_", 1)[1]) if r["row"].startswith("infer_") else 64
+        assert (s["synthetic"], s["batch_size"], s["device"], s["net"]) == (True, batch, "cpu", "lenet")
         assert s["optimizer"] == "AdamW"  # configs/mnist.yaml's, not a hard-coded one
     by = {r["row"]: r for r in rows}
+    # dense vs unstructured 50 % vs structured (configs/slim.yaml's final widths), training and inference
+    slim = {"channels": [13, 34], "hidden": [340]}
+    assert by["slim"]["settings"]["widths"] == by["infer_slim_256"]["settings"]["widths"] == slim
+    assert data["nets"]["slim"] == {"params": 200_132, "nonzero_params": 200_132, "macs_per_sample": 1_082_760,
+                                    "widths": slim}  # fmt: skip
+    assert data["nets"]["pruned_50"]["nonzero_params"] == 431_080 - 215_250
+    assert by["infer_slim_256"]["reference"] == "infer_dense_256" and by["infer_dense_1"]["settings"]["steps"] == 30
+    assert by["infer_slim_256"]["flops_per_sample"] == 2 * 1_082_760
+    assert by["infer_pruned_50_256"]["flops_per_sample"] == by["infer_dense_256"]["flops_per_sample"] == 2 * 2_293_000
+    assert by["slim"]["flops_per_sample"] < 0.5 * data["flops_per_sample"]
+    table = md.split("Dense vs pruned")[1]
+    assert "| structured 13/34/340 | 200,132 (200,132) | 1,082,760 |" in table
+    assert "| unstructured 50 % | 431,080 (215,830) | 2,293,000 |" in table
     assert by["data_in_memory"]["reference"] == "data_torchvision" and by["lightning"]["reference"] == "raw_loop"
     assert by["mixed_precision"]["settings"]["precision"] == "bf16-mixed"
     assert by["pruned_50"]["settings"]["pruned"] == 0.5
-    assert "synthetic" in data["header"] and md.count("\n| ") == len(names) + 1
+    assert "synthetic" in data["header"] and md.count("\n| ") == len(names) + 1 + 4
     # LeNet: 2.29 M multiply-adds forward (conv 0.29 M + 1.6 M, linear 0.4 M + 5 k); training is about 3x
     # that in FLOPs, less conv1's input gradient (not needed)
     assert 12e6 < data["flops_per_sample"] < 14e6
@@ -42,7 +56,9 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
         if r["row"].startswith("data_"):
             assert r["gflops"] is None
         else:
-            assert r["gflops"] == pytest.approx(r["samples_per_s"] * data["flops_per_sample"] / 1e9)
+            assert r["gflops"] == pytest.approx(r["samples_per_s"] * r["flops_per_sample"] / 1e9)
+            if not r["row"].startswith(("infer_", "slim")):
+                assert r["flops_per_sample"] == data["flops_per_sample"]
             assert r["ceiling_fraction"] > 0
             if r["ceiling_dtype"] == "fp32":  # a CPU without native bf16 emulates bf16 GEMMs: no bound there
                 assert r["ceiling_fraction"] < 1.5
