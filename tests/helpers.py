@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from lightning.pytorch import Callback
 
 from project.fit import main as run_main  # noqa: F401  (tests call it in-process)
 
@@ -46,3 +49,12 @@ def results(run_dir: Path) -> dict:
 
 def run_dirs(logs: Path) -> list[Path]:
     return sorted(p for p in logs.glob("*/version_*") if p.is_dir())
+
+
+class SleepAtEpoch(Callback):
+    """Sleeps at the start of epoch 1 when ``SWEEP_TEST_SLEEP`` is set: a trial to kill after its first
+    checkpoint (``--trainer.callbacks+=helpers.SleepAtEpoch``, ``tests/`` on ``PYTHONPATH``)."""
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == 1 and os.environ.get("SWEEP_TEST_SLEEP"):
+            time.sleep(600)
