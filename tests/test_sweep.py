@@ -16,15 +16,17 @@ import optuna
 import pytest
 import yaml
 from helpers import REPO
+from test_callbacks import tensorboard_hparams
 
-from project import summarize, sweep
+from project import summarize, sweep, sweep_file
+from project.errors import ConfigError
 
 SMOKE = REPO / "configs/sweeps/smoke.yaml"
 POSTGRES = os.environ.get("PROJECT_TEST_POSTGRES_URL")
 POINTS = {(lr, seed) for lr in (0.01, 0.05) for seed in (1, 2)}
 
 
-def sweep_file(folder: Path, name: str = "smoke", **changes) -> Path:
+def write_sweep(folder: Path, name: str = "smoke", **changes) -> Path:
     spec = yaml.safe_load(SMOKE.read_text()) | {"name": name} | changes
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -66,7 +68,7 @@ def ran(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 )
 def test_a_bad_sweep_file_is_one_error_line_and_writes_nothing(change, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    path = sweep_file(tmp_path, **change)
+    path = write_sweep(tmp_path, **change)
     assert sweep.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
@@ -82,30 +84,30 @@ def test_trial_config_sets_dotted_keys_and_swaps_classes():
     }  # fmt: skip
     params = {"trainer.callbacks.0.amount": 0.9, "model.optimizer.class_path": "torch.optim.SGD",
               "model.optimizer.lr": 0.5}  # fmt: skip
-    cfg = sweep.trial_config(base, params, seed=3, save_dir="out", name="sw", version=7)
+    cfg = sweep_file.trial_config(base, params, seed=3, save_dir="out", name="sw", version=7)
     assert cfg["trainer"]["callbacks"][0]["init_args"]["amount"] == 0.9
     assert cfg["trainer"]["callbacks"][-1] == {"class_path": "project.sweep.ReportToStudy"}
     assert cfg["model"]["optimizer"] == {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.5}}  # no betas
     assert cfg["seed_everything"] == 3
     assert cfg["trainer"]["logger"]["init_args"] == {"save_dir": "out", "name": "sw", "version": 7}
     assert base["model"]["optimizer"]["init_args"]["lr"] == 0.1  # the base is not changed
-    with pytest.raises(sweep.ConfigError, match="list of 1; use an index"):
-        sweep.trial_config(base, {"trainer.callbacks.1.amount": 0.1}, 1, "out", "sw", 0)
+    with pytest.raises(ConfigError, match="list of 1; use an index"):
+        sweep_file.trial_config(base, {"trainer.callbacks.1.amount": 0.1}, 1, "out", "sw", 0)
 
 
 def test_grid_points_repeat_each_point_per_seed():
     path = SMOKE
-    spec = sweep.load_sweep(path)
-    assert spec.points() == [{"model.optimizer.init_args.lr": lr, "seed": s} for lr in (0.01, 0.05) for s in (1, 2)]
-    assert spec.total() == 4 and sweep.load_sweep(path, n_trials=2).total() == 2
+    spec = sweep_file.load_sweep(path)
+    assert spec.points() == [{"model.optimizer.init_args.lr": lr, "seed": s} for s in (1, 2) for lr in (0.01, 0.05)]
+    assert spec.total() == 4 and sweep_file.load_sweep(path, n_trials=2).total() == 2
     for name in ("pruning", "lr"):
-        sweep.load_sweep(REPO / f"configs/sweeps/{name}.yaml")  # the shipped sweeps parse
+        sweep_file.load_sweep(REPO / f"configs/sweeps/{name}.yaml")  # the shipped sweeps parse
 
 
 @pytest.mark.slow
 def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashion_data, tmp_path):
     """kill -9 of the worker in trial 0's second epoch; the rerun finishes 1-3, retries 0 from its last.ckpt."""
-    spec = sweep_file(tmp_path)
+    spec = write_sweep(tmp_path)
     args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--trainer.callbacks+=helpers.SleepAtEpoch"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     folder = tmp_path / "logs" / "smoke"
@@ -156,7 +158,7 @@ def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashio
 
 
 def _two_workers(fashion_data, tmp_path, storage: str | None, name: str = "smoke"):
-    spec = sweep_file(tmp_path, name=name)
+    spec = write_sweep(tmp_path, name=name)
     args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--workers", "2"]
     proc = run_sweep([*args, *(["--storage", storage] if storage else [])], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -182,7 +184,7 @@ def test_two_workers_share_a_postgresql_study(fashion_data, tmp_path):
 
 @pytest.mark.slow
 def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp_path):
-    spec = sweep_file(tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.01]},
+    spec = write_sweep(tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.01]},
                       pruner={"threshold": {"lower": 2.0}})  # fmt: skip  (val/acc < 2: prune at once)
     proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -193,3 +195,5 @@ def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp
     assert json.loads((run / "trial.json").read_text())["state"] == "pruned"
     assert json.loads((run / "pruned.json").read_text())["epoch"] == 0
     assert json.loads((run / "results.json").read_text())["epochs"] == 1  # stopped after the first epoch
+    hparams = tensorboard_hparams(run)  # HPARAMS compares trials by what the sweep varied
+    assert hparams["trial"] == 0 and hparams["model.optimizer.init_args.lr"] == 0.01
