@@ -31,6 +31,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -55,6 +56,7 @@ TRIAL_FILE = "trial.json"
 TRIAL_CONFIG = "sweep-trial.yaml"
 PRUNED_FILE = "pruned.json"
 ENV_STORAGE, ENV_STUDY, ENV_TRIAL = "PROJECT_SWEEP_STORAGE", "PROJECT_SWEEP_STUDY", "PROJECT_SWEEP_TRIAL"
+ENV_PRUNER = "PROJECT_SWEEP_PRUNER"  # the sweep file's pruner as JSON: Optuna keeps no pruner in the storage
 
 
 @contextlib.contextmanager
@@ -114,9 +116,10 @@ class ReportToStudy(L.Callback):
     stop the run when Optuna's pruner says so (writing ``pruned.json`` into the run folder).
 
     Inert outside a sweep: it acts only when ``python -m project.sweep`` sets ``PROJECT_SWEEP_STORAGE``,
-    ``PROJECT_SWEEP_STUDY`` and ``PROJECT_SWEEP_TRIAL`` in the trial's environment, so rebuilding a trial's
-    run (evaluate, predict, a resume by hand) never touches the study. What optuna-integration's
-    ``PyTorchLightningPruningCallback`` does, except that the run finishes cleanly (tested, results written)
+    ``PROJECT_SWEEP_STUDY``, ``PROJECT_SWEEP_TRIAL`` and ``PROJECT_SWEEP_PRUNER`` in the trial's environment, so
+    rebuilding a trial's run (evaluate, predict, a resume by hand) never touches the study. What
+    optuna-integration's ``PyTorchLightningPruningCallback`` does, except that the run finishes cleanly (tested,
+    results written)
     instead of raising out of ``fit``.
     """
 
@@ -126,7 +129,9 @@ class ReportToStudy(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or not os.environ.get(ENV_STORAGE) or not trainer.is_global_zero:
             return
-        study = optuna.load_study(study_name=os.environ[ENV_STUDY], storage=open_storage(os.environ[ENV_STORAGE]))
+        pruner = make_pruner(json.loads(os.environ.get(ENV_PRUNER) or "{}"))
+        storage = open_storage(os.environ[ENV_STORAGE])
+        study = optuna.load_study(study_name=os.environ[ENV_STUDY], storage=storage, pruner=pruner)
         trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, int(os.environ[ENV_TRIAL]))
         self.trial = optuna.Trial(study, trial_id)
         self.monitor = "val/acc" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "val/loss"
@@ -187,7 +192,7 @@ def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
         # each queued trial is taken by one worker only. GridSampler would choose points per worker and can give
         # two workers the same one (its documentation says so); a queued trial never asks the sampler.
         sampler = optuna.samplers.RandomSampler(seed=sweep.sampler_seed)
-    kwargs = {"study_name": sweep.name, "storage": storage, "sampler": sampler, "pruner": make_pruner(sweep)}
+    kwargs = {"study_name": sweep.name, "storage": storage, "sampler": sampler, "pruner": make_pruner(sweep.pruner)}
     identity = json.loads(json.dumps({**sweep.identity(), "base": ctx.base}))
     if create:
         try:
@@ -217,10 +222,6 @@ def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
             "change the sweep's name or --storage, or run it with its original settings"
         )
     return study
-
-
-def _state_of(trial: Any) -> str:
-    return trial.state.name.lower()
 
 
 def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
@@ -277,6 +278,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         ENV_STORAGE: ctx.storage_url,
         ENV_STUDY: sweep.name,
         ENV_TRIAL: str(trial.number),
+        ENV_PRUNER: json.dumps(sweep.pruner),
         "PYTHONUNBUFFERED": "1",
     }
     from project.data.workers import die_with_parent
@@ -335,6 +337,9 @@ def _last_error(log: Path) -> str:
 def work(ctx: Context) -> None:
     """One worker: take trials until the sweep is done, waiting for other workers' running trials (one of
     them may die and be re-queued)."""
+    # Ctrl-C stops this worker as a crash would: its trial stays RUNNING, turns stale and is retried (resumed)
+    # by the next run. Optuna would otherwise record it as failed, and failed points are not rerun.
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     study = load_or_create_study(ctx, create=False)
     sweep = ctx.sweep
     points = math.ceil(sweep.total() / len(sweep.seeds))
@@ -398,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = sweep_folder(sweep, base)
         ctx = Context(sweep, base, ns.storage or default_storage(folder), folder, extra)
         if ns.report:
+            if ns.storage is None and not (folder / "study.db").is_file():
+                raise ConfigError(f"no sweep {sweep.name!r} yet: {folder / 'study.db'} does not exist; run it first")
             study = load_or_create_study(ctx, create=False)
         else:
             if ctx.storage_url.startswith("sqlite:///"):

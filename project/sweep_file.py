@@ -235,21 +235,21 @@ def load_sweep(path: Path, n_trials: int | None = None) -> Sweep:
         raise ConfigError("space.seed: list the seeds under seeds:, not in the space")
     if sweep.sampler == "grid":
         sweep.points()  # every dimension must have a grid
-    make_pruner(sweep)
+    make_pruner(sweep.pruner)
     if not sweep.heartbeat_s > 0 or sweep.max_retry < 0:
         raise ConfigError("heartbeat_s must be > 0 and max_retry >= 0")
     return sweep
 
 
-def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
-    """Optuna's ``<Name>Pruner(**options)`` from the sweep file's ``pruner: {name: {options}}``.
+def make_pruner(spec: dict[str, dict[str, Any]]) -> optuna.pruners.BasePruner:
+    """Optuna's ``<Name>Pruner(**options)`` from the sweep file's ``pruner: {name: {options}}`` (``{}``: none).
 
     Raises:
         ConfigError: unknown pruner or option.
     """
-    if not sweep.pruner:
+    if not spec:
         return optuna.pruners.NopPruner()
-    ((name, options),) = sweep.pruner.items()
+    ((name, options),) = spec.items()
     cls = getattr(optuna.pruners, f"{str(name).capitalize()}Pruner", None)
     if cls is None or name in ("nop", "base"):
         raise ConfigError(f"pruner: unknown pruner {name!r}; use median, percentile, threshold, hyperband or none")

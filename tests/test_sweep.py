@@ -75,6 +75,14 @@ def test_a_bad_sweep_file_is_one_error_line_and_writes_nothing(change, message, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.yaml"]
 
 
+def test_report_of_a_sweep_not_run_yet_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert sweep.main(["--config", str(SMOKE), "--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no sweep 'smoke' yet")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_trial_config_sets_dotted_keys_and_swaps_classes():
     base = {
         "seed_everything": 42,
