@@ -367,7 +367,8 @@ def work(ctx: Context) -> None:
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(
         prog="python -m project.sweep",
-        description=__doc__.splitlines()[0],
+        description="Run a sweep file as an Optuna study of python -m project.fit runs: resumable, crash-tolerant, "
+        "shared by workers on one or many machines.",
         epilog="Further --key value arguments are fit overrides of the base experiment.",
     )
     p.add_argument("--config", required=True, help="the sweep file (configs/sweeps/<name>.yaml)")
