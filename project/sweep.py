@@ -376,6 +376,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--n_trials", type=int, default=None, help="trials in all (default: the sweep file's / the grid)")
     p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
     p.add_argument("--report", action="store_true", help="only print the report (tables, best point, plots)")
+    p.add_argument("--worker_only", action="store_true", help=argparse.SUPPRESS)  # a --workers child: no report
     ns, extra = p.parse_known_args(argv)
     bad = [a for a in extra if a.startswith("-") and not a.startswith("--")]
     if bad or (extra and not extra[0].startswith("--")):
@@ -420,10 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     elif not ns.report:
         from project.data.workers import die_with_parent
 
-        me = [sys.executable, "-m", "project.sweep", *_without_workers(argv), "--workers", "1"]
+        me = [sys.executable, "-m", "project.sweep", *_without_workers(argv), "--workers", "1", "--worker_only"]
         procs = [subprocess.Popen(me, preexec_fn=die_with_parent) for _ in range(ns.workers)]
         status = 1 if any(p.wait() != 0 for p in procs) else 0
-    sweep_report.report(study, ctx.sweep, folder, echo=True)
+    if not ns.worker_only:
+        sweep_report.report(study, ctx.sweep, folder, echo=True)
     return status
 
 

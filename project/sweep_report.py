@@ -18,9 +18,15 @@ from project import runs
 
 
 def _fmt(value: Any) -> str:
+    """Swept values: 4 decimals, or 4 significant digits below 0.001 (learning rates)."""
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e-3 and value else f"{value:.4f}"
     return "-" if value is None else str(value)
+
+
+def _num(value: Any) -> str:
+    """Metrics, their std and sparsity: 4 decimals."""
+    return f"{value:.4f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -71,7 +77,7 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         lines.append(
             f"| {r['trial']} | {state} | {Path(r['run']).name if r['run'] else '-'} | "
             + " | ".join(_fmt(r["params"][k]) for k in keys)
-            + f" | {r['seed']} | {_fmt(res.get(metric))} | {_fmt(res.get('sparsity'))} | {_fmt(res.get('epochs'))} |"
+            + f" | {r['seed']} | {_num(res.get(metric))} | {_num(res.get('sparsity'))} | {_fmt(res.get('epochs'))} |"
         )
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
@@ -98,11 +104,11 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         "|" + "---|" * len(keys) + "---:|---:|---:|",
     ]
     for p in points:
-        std = _fmt(p["std"]) if p["std"] is not None else "-"
+        std = _num(p["std"]) if p["std"] is not None else "-"
         lines.append(
             "| "
             + " | ".join(_fmt(v) for v in p["params"].values())
-            + f" | {p['n']} | {_fmt(p['mean'])} ± {std} | {_fmt(p['sparsity'])} |"
+            + f" | {p['n']} | {_num(p['mean'])} ± {std} | {_num(p['sparsity'])} |"
         )
     scored = [p for p in points if p["mean"] is not None]
     best = None
@@ -111,7 +117,7 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         lines += [
             "",
             f"Best point: {', '.join(f'{k}={_fmt(v)}' for k, v in best['params'].items())}: {metric} "
-            f"{_fmt(best['mean'])} ± {_fmt(best['std'])} over {best['n']} seed(s)",
+            f"{_num(best['mean'])} ± {_num(best['std'])} over {best['n']} seed(s)",
         ]
     out = {
         "sweep": sweep.name,
