@@ -3,6 +3,7 @@ layout, the HPARAMS entry, the test-set images (confusion matrix, misclassified 
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from pathlib import Path
@@ -204,6 +205,19 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
     }
 
 
+def trial_hparams(run: Path | None) -> dict[str, Any]:
+    """A sweep trial's ``trial`` number and swept values (``params`` of the run's ``trial.json``, written by
+    ``python -m project.sweep``), so HPARAMS compares the trials of a sweep by what the sweep varied."""
+    try:
+        info = json.loads((run / "trial.json").read_text()) if run is not None else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(info, dict) or "run" not in info:
+        return {}
+    swept = {k: v if isinstance(v, bool | int | float | str) else str(v) for k, v in info.get("params", {}).items()}
+    return {"trial": int(info["run"]), **swept}
+
+
 def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None:
     """Write the run's HPARAMS entry once (rank 0): :func:`hparams_of` as columns, :data:`HP_METRICS` as metrics.
 
@@ -219,7 +233,9 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
     writer = _writer(trainer)
     if writer is None:
         return
-    params = hparams_of(trainer, model, results)
+    # results["log_dir"], not trainer.log_dir: under DDP that is a collective, and this runs on rank 0 only
+    swept = trial_hparams(Path(results["log_dir"]) if results.get("log_dir") else None)
+    params = hparams_of(trainer, model, results) | swept
     metrics = {tag: float(results[k]) for k, tag in HP_METRICS.items() if results.get(k) is not None}
     domains = {"precision": ["32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true"]}
     infos, start = [], plugin_data_pb2.SessionStartInfo()
@@ -231,7 +247,8 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
         else:
             kind, start.hparams[name].number_value = api_pb2.DATA_TYPE_FLOAT64, value
         # TensorBoard lists (and ticks) hparams marked `differs` first: the ones users compare runs by.
-        info = api_pb2.HParamInfo(name=name, type=kind, differs=name in KEY_HPARAMS)
+        # A sweep's trials: its trial number and swept keys instead (the tab shows only five).
+        info = api_pb2.HParamInfo(name=name, type=kind, differs=name in (swept or KEY_HPARAMS))
         if name in domains:
             info.domain_discrete.CopyFrom(struct_pb2.ListValue(values=[struct_pb2.Value(string_value=v)
                                                                          for v in domains[name]]))  # fmt: skip

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
@@ -64,3 +65,12 @@ class Preempt(Callback):
             os.kill(os.getpid(), signal.SIGUSR1)
         elif trainer.global_step == int(at) + 2:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SleepAtEpoch(Callback):
+    """Sleeps at the start of epoch 1 when ``SWEEP_TEST_SLEEP`` is set: a trial to kill after its first
+    checkpoint (``--trainer.callbacks+=helpers.SleepAtEpoch``, ``tests/`` on ``PYTHONPATH``)."""
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == 1 and os.environ.get("SWEEP_TEST_SLEEP"):
+            time.sleep(600)

@@ -1,0 +1,207 @@
+"""``python -m project.sweep``: sweep files, trials as run folders, kill -9 and resume, several workers
+(SQLite, and PostgreSQL when ``PROJECT_TEST_POSTGRES_URL`` names a server), pruning of bad trials."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from helpers import REPO
+from test_callbacks import tensorboard_hparams
+
+from project import summarize, sweep, sweep_file
+from project.errors import ConfigError
+
+SMOKE = REPO / "configs/sweeps/smoke.yaml"
+POSTGRES = os.environ.get("PROJECT_TEST_POSTGRES_URL")
+POINTS = {(lr, seed) for lr in (0.01, 0.05) for seed in (1, 2)}
+
+
+def write_sweep(folder: Path, name: str = "smoke", **changes) -> Path:
+    spec = yaml.safe_load(SMOKE.read_text()) | {"name": name} | changes
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def run_sweep(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+    cmd = [sys.executable, "-m", "project.sweep", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def study_of(name: str, storage: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def finished_points(study: optuna.Study) -> list[tuple[float, int]]:
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    return [(t.params["model.optimizer.init_args.lr"], t.params["seed"]) for t in done]
+
+
+def ran(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Trials that ran a fit (a surplus trial, which found the grid taken, ran nothing)."""
+    return [t for t in study.get_trials() if not t.user_attrs.get("surplus")]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"spaec": {}}, "unknown key 'spaec'"),
+        ({"space": {"model.optimizer.init_args.lr": {"floaty": [0, 1]}}}, "unknown distribution 'floaty'"),
+        ({"space": {"model.optimizer.init_args.lr": {"log_float": [0, 1]}}}, "log_float needs low > 0"),
+        ({"space": {"model.optimizer.init_args.lr": {"float": [0.1, 0.2]}}}, "has no grid"),
+        ({"sampler": "tpee"}, "sampler: 'tpee' is not one of grid, random, tpe"),
+        ({"objective": {"metric": "acc"}}, "objective.metric: 'acc'"),
+        ({"space": {"model.optimizer.init_args.lrr": [0.1]}}, "space.model.optimizer.init_args.lrr: no such key"),
+        ({"base": {"args": ["--trainer.max_epochz", "2"]}}, "base:"),
+    ],
+)
+def test_a_bad_sweep_file_is_one_error_line_and_writes_nothing(change, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path, **change)
+    assert sweep.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.yaml"]
+
+
+def test_report_of_a_sweep_not_run_yet_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert sweep.main(["--config", str(SMOKE), "--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no sweep 'smoke' yet")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_trial_config_sets_dotted_keys_and_swaps_classes():
+    base = {
+        "seed_everything": 42,
+        "trainer": {"logger": {"class_path": "TensorBoardLogger", "init_args": {"save_dir": "logs", "name": "x"}},
+                    "callbacks": [{"class_path": "project.callbacks.Pruning", "init_args": {"amount": 0.5}}]},
+        "model": {"optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.1, "betas": [0.9, 0.99]}}},
+    }  # fmt: skip
+    params = {"trainer.callbacks.0.amount": 0.9, "model.optimizer.class_path": "torch.optim.SGD",
+              "model.optimizer.lr": 0.5}  # fmt: skip
+    cfg = sweep_file.trial_config(base, params, seed=3, save_dir="out", name="sw", version=7)
+    assert cfg["trainer"]["callbacks"][0]["init_args"]["amount"] == 0.9
+    assert cfg["trainer"]["callbacks"][-1] == {"class_path": "project.sweep.ReportToStudy"}
+    assert cfg["model"]["optimizer"] == {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.5}}  # no betas
+    assert cfg["seed_everything"] == 3
+    assert cfg["trainer"]["logger"]["init_args"] == {"save_dir": "out", "name": "sw", "version": 7}
+    assert base["model"]["optimizer"]["init_args"]["lr"] == 0.1  # the base is not changed
+    with pytest.raises(ConfigError, match="list of 1; use an index"):
+        sweep_file.trial_config(base, {"trainer.callbacks.1.amount": 0.1}, 1, "out", "sw", 0)
+
+
+def test_grid_points_repeat_each_point_per_seed():
+    path = SMOKE
+    spec = sweep_file.load_sweep(path)
+    assert spec.points() == [{"model.optimizer.init_args.lr": lr, "seed": s} for s in (1, 2) for lr in (0.01, 0.05)]
+    assert spec.total() == 4 and sweep_file.load_sweep(path, n_trials=2).total() == 2
+    for name in ("pruning", "lr"):
+        sweep_file.load_sweep(REPO / f"configs/sweeps/{name}.yaml")  # the shipped sweeps parse
+
+
+@pytest.mark.slow
+def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashion_data, tmp_path):
+    """kill -9 of the worker in trial 0's second epoch; the rerun finishes 1-3, retries 0 from its last.ckpt."""
+    spec = write_sweep(tmp_path)
+    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--trainer.callbacks+=helpers.SleepAtEpoch"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+    folder = tmp_path / "logs" / "smoke"
+    worker = subprocess.Popen([sys.executable, "-m", "project.sweep", *args], cwd=tmp_path,
+                              env={**env, "SWEEP_TEST_SLEEP": "1"}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 180
+    while not (folder / "version_0" / "checkpoints" / "last.ckpt").is_file():
+        assert worker.poll() is None and time.monotonic() < deadline, "trial 0 never wrote its first checkpoint"
+        time.sleep(0.2)
+    fit_pid = json.loads((folder / "version_0" / "trial.json").read_text())["pid"]
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    for _ in range(100):  # the trial's fit dies with its worker
+        try:
+            os.kill(fit_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"fit process {fit_pid} outlived its killed worker")
+    proc = run_sweep(args, tmp_path, PYTHONPATH=env["PYTHONPATH"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    storage = f"sqlite:///{folder / 'study.db'}"
+    study = study_of("smoke", storage)
+    points = finished_points(study)
+    assert sorted(points) == sorted(POINTS)  # exactly 4 finished trials, none duplicated
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states[0] == optuna.trial.TrialState.FAIL  # the killed trial, failed by its stale heartbeat ...
+    (retry,) = [t for t in study.get_trials() if t.system_attrs.get("failed_trial") == 0]
+    assert retry.state == optuna.trial.TrialState.COMPLETE  # ... and retried
+    assert sorted(p.name for p in folder.glob("version_*")) == [f"version_{i}" for i in range(4)]
+    run0 = folder / "version_0"
+    info = json.loads((run0 / "trial.json").read_text())
+    assert info["trials"] == [0, retry.number] and info["resumed"] and info["state"] == "complete"
+    assert (run0 / "config-resume-1.yaml").is_file()  # fit resumed in place from last.ckpt
+    results = json.loads((run0 / "results.json").read_text())
+    assert results["epochs"] == 2 and len(results["epoch_time_s"]) == 1  # only the second epoch ran again
+    assert info["value"] == retry.value == results["best_val_acc"]
+    # The same command again: the study is finished, nothing runs.
+    n = len(study.get_trials())
+    again = run_sweep(args, tmp_path, PYTHONPATH=env["PYTHONPATH"])
+    assert again.returncode == 0 and len(study_of("smoke", storage).get_trials()) == n
+    assert "Best point: model.optimizer.init_args.lr=" in again.stdout
+    for name in ("report.md", "report.json", "objective-model.optimizer.init_args.lr.png"):
+        assert (folder / name).is_file()
+    assert summarize.main([str(folder)]) == 0  # the run-folder commands take trials
+
+
+def _two_workers(fashion_data, tmp_path, storage: str | None, name: str = "smoke"):
+    spec = write_sweep(tmp_path, name=name)
+    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--workers", "2"]
+    proc = run_sweep([*args, *(["--storage", storage] if storage else [])], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = tmp_path / "logs" / name
+    study = study_of(name, storage or f"sqlite:///{folder / 'study.db'}")
+    assert sorted(finished_points(study)) == sorted(POINTS)  # no point twice, none left out
+    trials = ran(study)
+    assert len(trials) == 4 and len({t.user_attrs["run"] for t in trials}) == 4
+    assert len({t.user_attrs["worker"] for t in trials}) == 2  # both workers took trials
+    assert sorted(p.name for p in folder.glob("version_*")) == [f"version_{t.number}" for t in trials]
+
+
+@pytest.mark.slow
+def test_two_workers_split_the_trials_without_overlap(fashion_data, tmp_path):
+    _two_workers(fashion_data, tmp_path, storage=None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set PROJECT_TEST_POSTGRES_URL (.ci/run starts one)")
+def test_two_workers_share_a_postgresql_study(fashion_data, tmp_path):
+    _two_workers(fashion_data, tmp_path, storage=POSTGRES, name=f"smoke_{uuid.uuid4().hex[:8]}")
+
+
+@pytest.mark.slow
+def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp_path):
+    spec = write_sweep(tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.01]},
+                      pruner={"threshold": {"lower": 2.0}})  # fmt: skip  (val/acc < 2: prune at once)
+    proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = tmp_path / "logs" / "smoke"
+    (trial,) = study_of("smoke", f"sqlite:///{folder / 'study.db'}").get_trials()
+    assert trial.state == optuna.trial.TrialState.PRUNED and list(trial.intermediate_values) == [0]
+    run = folder / "version_0"
+    assert json.loads((run / "trial.json").read_text())["state"] == "pruned"
+    assert json.loads((run / "pruned.json").read_text())["epoch"] == 0
+    assert json.loads((run / "results.json").read_text())["epochs"] == 1  # stopped after the first epoch
+    hparams = tensorboard_hparams(run)  # HPARAMS compares trials by what the sweep varied
+    assert hparams["trial"] == 0 and hparams["model.optimizer.init_args.lr"] == 0.01
