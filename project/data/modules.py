@@ -155,9 +155,11 @@ class VisionDataModule(L.LightningDataModule):
         if all(p.exists() for p in self.expected_files()):
             self.verify(md5=True)
             return
-        with created_dirs(self.data_dir):  # a failure leaves no folder it created (lock file included)
+        with created_dirs(self.data_dir):  # a failure leaves no folder it created
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(self.data_dir / ".prepare.lock")
+            lock_path = self.data_dir / ".prepare.lock"
+            lock_existed = lock_path.exists()
+            lock = FileLock(lock_path)
             try:
                 lock.acquire(timeout=0)
             except Timeout:
@@ -165,6 +167,10 @@ class VisionDataModule(L.LightningDataModule):
                 lock.acquire()
             try:
                 self._prepare_locked()
+            except BaseException:
+                if not lock_existed:  # leave the folder as it was; waiters then try (safely: writes are atomic)
+                    lock_path.unlink(missing_ok=True)
+                raise
             finally:
                 lock.release()
 
