@@ -99,10 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ns, overrides = parse(argv)
 
     def make() -> Job:
-        run = runs.find_run(ns.run)
-        ckpt = Path(ns.run) if Path(ns.run).suffix == ".ckpt" else runs.checkpoint_arg(run, ns.ckpt)
+        run, ckpt, name = runs.command_checkpoint(ns.run, ns.ckpt)
         state = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)
-        name = ns.ckpt if ns.ckpt in ("best", "last") and Path(ns.run).suffix != ".ckpt" else ckpt.stem
         return Job(run, ckpt, name, ns.split, cli_for_run(run, overrides, "python -m project.evaluate"), state)
 
     return run_main(make, evaluate)

@@ -189,11 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--repeats must be >= 1 and --atol > 0")
 
     def make() -> Job:
-        run = runs.find_run(ns.run)
-        is_file = Path(ns.run).suffix == ".ckpt"
-        ckpt = Path(ns.run) if is_file else runs.checkpoint_arg(run, ns.ckpt)
+        run, ckpt, name = runs.command_checkpoint(ns.run, ns.ckpt)
         checkpoint = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)  # whole: a slimmed net's widths too
-        name = ns.ckpt if ns.ckpt in ("best", "last") and not is_file else ckpt.stem
         out = Path(ns.out) if ns.out else run / f"model-{name}{FORMATS[ns.format]}"
         if out.is_dir():
             raise ConfigError(f"--out {out} is a folder; give a file name")

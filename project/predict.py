@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--top_k must be >= 1")
 
     def make() -> Job:
-        run = runs.find_run(ns.run)
-        ckpt = Path(ns.run) if Path(ns.run).suffix == ".ckpt" else runs.checkpoint_arg(run, ns.ckpt)
+        run, ckpt, _ = runs.command_checkpoint(ns.run, ns.ckpt)
         checkpoint = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)  # whole: a slimmed net's widths too
         image_files(ns.inputs)  # a missing input is a usage error, before anything is built
         cli = cli_for_run(run, ["--trainer.accelerator", "cpu", *overrides], "python -m project.predict")

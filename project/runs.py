@@ -233,6 +233,22 @@ def checkpoint_arg(run: Path, which: str) -> Path:
     return path
 
 
+def command_checkpoint(spec: str, which: str) -> tuple[Path, Path, str]:
+    """What a run-folder command's ``RUN`` argument and ``--ckpt`` name: ``(run, checkpoint file, name)``.
+
+    ``spec`` is a run folder, an experiment folder (its newest run) or a checkpoint file inside a run (which then
+    wins over ``which``); ``name`` is ``best``/``last`` or the file's stem, for the files the command writes.
+
+    Raises:
+        ConfigError: no such run or checkpoint.
+    """
+    run = find_run(spec)
+    if Path(spec).suffix == ".ckpt":
+        return run, Path(spec), Path(spec).stem
+    ckpt = checkpoint_arg(run, which)
+    return run, ckpt, which if which in ("best", "last") else ckpt.stem
+
+
 def snapshot(run: Path | None) -> dict[Path, float]:
     """Every file under ``run`` with its modification time (empty when the folder does not exist)."""
     if run is None or not run.exists():
