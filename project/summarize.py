@@ -165,7 +165,9 @@ def stats_of(members: list[Run], metrics: list[str]) -> dict[str, Any]:
     return out
 
 
-def summarize(roots: list[Path], metrics: list[str], by: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+def summarize(
+    roots: list[Path], metrics: list[str], by: list[str] | None = None, found: list[Run] | None = None
+) -> tuple[str, dict[str, Any]]:
     """Markdown tables (runs; groups with mean ± std) and the same data as a dict.
 
     Returns:
@@ -174,7 +176,7 @@ def summarize(roots: list[Path], metrics: list[str], by: list[str] | None = None
     Raises:
         ConfigError: a root does not exist or holds no run folder.
     """
-    all_runs = collect(roots)
+    all_runs = collect(roots) if found is None else found  # ``found``: collect(roots), read once by the caller
     if not all_runs:
         raise ConfigError(f"no run folders (<experiment>/version_N) under {', '.join(map(str, roots))}")
     finished = [r for r in all_runs if r.results is not None]
@@ -299,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     roots = [Path(r) for r in ns.roots]
     try:
-        table, stats = summarize(roots, ns.metrics, ns.by)
+        found = collect(roots)
+        table, stats = summarize(roots, ns.metrics, ns.by, found)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -311,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     runs.write_json(out / "summary.json", _finite(stats))
     written = []
     if not ns.no_plots:
-        written = plot(stats, collect(roots), out, ns.x or (ns.by[0] if ns.by else None))
+        written = plot(stats, found, out, ns.x or (ns.by[0] if ns.by else None))
     print(table if ns.format == "md" else groups_csv(stats, ns.metrics), end="")
     print(f"-> {out / 'summary.md'}, summary.csv, summary-runs.csv, summary.json"
           + "".join(f", {w.name}" for w in written), file=sys.stderr)  # fmt: skip
