@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import logging
 import resource
 import statistics
@@ -50,11 +49,12 @@ from torch.nn.utils import prune
 from torch.utils.data import Dataset
 
 from project import data as data_mod
+from project import runs
 from project.callbacks import synced_time
 from project.cli import ProjectCLI, explain_parse_error
 from project.errors import DataError, UserError
 from project.module import ImageClassifier
-from project.slim import StructuredPruning, macs_per_sample, slim
+from project.slim import StructuredPruning, macs_per_sample, slim, train_flops_per_sample
 
 log = logging.getLogger("project.bench")
 
@@ -134,17 +134,6 @@ def gemm_gflops(device: torch.device, dtype: torch.dtype, n: int | None = None, 
         a @ b
         best = min(best, synced_time(device) - t0)
     return 2 * n**3 / best / 1e9
-
-
-def train_flops_per_sample(net: torch.nn.Module, input_shape: tuple[int, ...], batch: int = 8) -> float:
-    """FLOPs of one training step per sample (forward + backward), counted by ``torch.utils.flop_counter``."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    x = torch.randn(batch, *input_shape)
-    with FlopCounterMode(display=False) as counter:
-        net(x).sum().backward()
-    net.zero_grad(set_to_none=True)
-    return counter.get_total_flops() / batch
 
 
 class StepTimer(L.Callback):
@@ -386,11 +375,11 @@ class Bench:
     def add_ceiling(self, results: list[dict[str, Any]]) -> None:
         """Each model row's achieved GFLOP/s and its fraction of the measured GEMM ceiling of its dtype.
 
-        Training rows count forward + backward FLOPs of their net (:func:`train_flops_per_sample`), inference rows
-        the forward pass (2 FLOPs per multiply-accumulate, :func:`project.slim.macs_per_sample`). A pruned row
-        counts the dense net's FLOPs: the zeros are multiplied all the same.
+        Training rows count forward + backward FLOPs of their net (:func:`project.slim.train_flops_per_sample`),
+        inference rows the forward pass (2 FLOPs per multiply-accumulate, :func:`project.slim.macs_per_sample`).
+        A pruned row counts the dense net's FLOPs: the zeros are multiplied all the same.
         """
-        flops = train_flops_per_sample(self.model().net, self.data_cls.input_shape)
+        flops = train_flops_per_sample(self.net, self.num_classes, None)
         low = torch.float16 if self.device.type == "cuda" else torch.bfloat16
         self.ceiling = {
             "fp32": gemm_gflops(self.device, torch.float32),
@@ -405,7 +394,7 @@ class Bench:
             if r["row"].startswith("infer_"):
                 row_flops = 2 * macs_per_sample(self.net, self.num_classes, widths)
             elif widths is not None:
-                row_flops = train_flops_per_sample(self.model(widths=widths).net, self.data_cls.input_shape)
+                row_flops = train_flops_per_sample(self.net, self.num_classes, widths)
             else:
                 row_flops = flops
             precision = str(r["settings"].get("precision", "32-true"))
@@ -580,13 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     comparison = pruning_markdown(rows, nets) if "slim" in nets else ""
     if comparison:
         table += "\nDense vs pruned (× = speed relative to the dense net):\n\n" + comparison
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"flops_per_sample": bench.flops_per_sample, "gemm_gflops": bench.ceiling, "nets": nets}
-    out.write_text(json.dumps({"header": header, **meta, "rows": rows}, indent=2) + "\n")
-    out.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {out} and {out.with_suffix('.md')}")
+    runs.write_report(Path(args.out), {"header": header, **meta, "rows": rows}, table)
     return 0
 
 

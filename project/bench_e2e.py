@@ -46,6 +46,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 import project
 from project import data as data_mod
+from project import runs
 from project.errors import UserError
 
 # config data.class_path (last part) -> recipe_loop --dataset
@@ -317,12 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     table = markdown(report["rows"], report["header"], report["load_avg_before_runs"])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {out} and {out.with_suffix('.md')}")
+    runs.write_report(Path(args.out), report, table)
     return 0
 
 

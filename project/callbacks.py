@@ -18,10 +18,10 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ModelPruning
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ModelPruning, ThroughputMonitor
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import nn
 from torch.nn.utils import prune
 
@@ -306,49 +306,69 @@ class CudnnFlags(Callback):
 def synced_time(device: torch.device) -> float:
     """``time.perf_counter()`` (seconds) after the device finished its queued work (CUDA is asynchronous).
 
-    The one clock of the project: :class:`Throughput` (``results.json``) and ``project.bench`` both use it.
+    The bench's clock; it reads time as Lightning's ``ThroughputMonitor`` (:class:`Throughput`) does.
     """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
 
 
-class Throughput(Callback):
-    """Times the training steps of each epoch (data loading included, validation excluded).
+def batch_samples(batch: Any) -> int:
+    """N: the samples in an ``(images (N, C, H, W), labels (N,))`` batch or a prediction batch of images alone."""
+    return len(batch) if isinstance(batch, torch.Tensor) else len(batch[0])
 
-    Logs ``train/epoch_time_s`` (seconds) and ``train/samples_per_s`` (all ranks together) each epoch,
-    and keeps ``epoch_time_s`` / ``samples_per_s`` lists for ``results.json``. Times are taken with
-    :func:`synced_time`. Also records the cudnn flags in effect during training in ``flags``.
 
-    Lightning's ``ThroughputMonitor`` reports a rate over a sliding window of steps (nothing until the window
-    is full) and no per-epoch time, which is what ``results.json`` and the README's tables give.
+class Throughput(ThroughputMonitor):
+    """Lightning's ``ThroughputMonitor``, logging training only, plus the time and rate of each epoch.
+
+    The clock and the counting are the library's: ``time.perf_counter()`` after ``torch.cuda.synchronize()`` on
+    CUDA, validation time subtracted from training time, samples counted per batch. Logged every
+    ``trainer.log_every_n_steps`` steps, as rates over the last ``window_size`` steps (default: the same
+    ``log_every_n_steps``, so each point covers the steps since the previous one):
+    ``train/device/samples_per_sec``, ``train/device/batches_per_sec`` and ``train/device/flops_per_sec`` (FLOPs
+    from the module's ``flops_per_batch``), ``train/device/mfu`` on GPUs whose peak Lightning knows, the same
+    without ``device/`` summed over ranks when there is more than one, and ``train/time`` (seconds),
+    ``train/samples``, ``train/batches`` so far. Validation and
+    test throughput are measured (the subtraction needs them) but not logged.
+
+    Added here, each epoch: ``train/epoch_time_s`` (seconds of training steps, data loading included,
+    validation and checkpointing excluded), logged, and ``epoch_time_s`` / ``samples_per_s`` lists (all ranks
+    together) for ``results.json``; ``flags``: the cudnn flags in effect during training. Rank 0 only, like
+    the library callback.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window_size: int | None = None) -> None:
+        super().__init__(batch_size_fn=batch_samples)
+        self.window_size = window_size
         self.epoch_time_s: list[float] = []
         self.samples_per_s: list[float] = []
         self.flags: dict[str, bool] = {}
-        self._t0 = 0.0
-        self._samples = 0
+        self._epoch_start: tuple[float, int] = (0.0, 0)
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.kwargs["window_size"] = max(2, self.window_size or trainer.log_every_n_steps)
+        super().setup(trainer, pl_module, stage)
+
+    def _compute(self, trainer: L.Trainer, iter_num: int | None = None) -> None:
+        if trainer.state.stage == RunningStage.TRAINING:  # evaluation rates would land on the training x-axis
+            super()._compute(trainer, iter_num)
+
+    @rank_zero_only
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.flags = CudnnFlags.in_effect()
-        self._t0 = synced_time(pl_module.device)
-        self._samples = 0
+        elapsed = synced_time(pl_module.device) - self._t0s[RunningStage.TRAINING]
+        self._epoch_start = (elapsed, self._samples[RunningStage.TRAINING])
 
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self._samples += len(batch[1])
-
+    @rank_zero_only
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self._samples:
+        times = self._throughputs[RunningStage.TRAINING]._time
+        samples = self._samples[RunningStage.TRAINING] - self._epoch_start[1]
+        if not samples or not times:
             return
-        seconds = synced_time(pl_module.device) - self._t0
-        rate = self._samples * trainer.world_size / seconds
+        seconds = times[-1] - self._epoch_start[0]
         self.epoch_time_s.append(seconds)
-        self.samples_per_s.append(rate)
-        pl_module.log_dict({"train/epoch_time_s": seconds, "train/samples_per_s": rate}, on_epoch=True)
+        self.samples_per_s.append(samples * trainer.world_size / seconds)
+        pl_module.log("train/epoch_time_s", seconds, on_epoch=True, rank_zero_only=True)
 
 
 class LocalAtomicCheckpointIO(TorchCheckpointIO):

@@ -282,30 +282,32 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
         ``MisconfigurationException``), 1 for bad data or a failed run (:class:`UserError`).
     """
     setup_logging()
+    cli = None
     try:
         cli = make_cli()
-    except (ArgumentError, ValueError) as e:
-        if not isinstance(e, (ArgumentError, ConfigError)) and "Does not validate" not in str(e):
-            raise
-        print(f"error: {explain_parse_error(str(e))} (see --help)", file=sys.stderr)
-        return 2
-    except MisconfigurationException as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
-    try:
         work(cli)
-    except (ConfigError, MisconfigurationException) as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        if not _raised_by_lightning(e):
+    except (ArgumentError, ValueError, MisconfigurationException, UserError) as e:
+        parsing = cli is None
+        status = _exit_status(e, parsing)
+        if status is None:
             raise
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
-    except UserError as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 1
+        if parsing and not isinstance(e, MisconfigurationException):
+            print(f"error: {explain_parse_error(str(e))} (see --help)", file=sys.stderr)
+        else:
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+        return status
     return 0
+
+
+def _exit_status(e: BaseException, parsing: bool) -> int | None:
+    """2 for a bad config, 1 for bad data or a failed run, None for a bug (re-raised with its traceback)."""
+    if isinstance(e, (ArgumentError, ConfigError, MisconfigurationException)):
+        return 2
+    if isinstance(e, UserError):
+        return 1
+    # a plain ValueError: jsonargparse's type checks while parsing, Lightning's checks of settings while running
+    bad_config = "Does not validate" in str(e) if parsing else _raised_by_lightning(e)
+    return 2 if bad_config else None
 
 
 def _raised_by_lightning(e: BaseException) -> bool:

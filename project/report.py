@@ -110,7 +110,8 @@ LAYOUT: dict[str, dict[str, list]] = {
         "Training loss (per step)": ["Multiline", ["train/loss"]],
     },
     "Speed": {
-        "Training samples/s": ["Multiline", ["train/samples_per_s"]],
+        "Training samples/s": ["Multiline", [r"train/(device/)?samples_per_sec"]],
+        "Training FLOP/s": ["Multiline", [r"train/(device/)?flops_per_sec"]],
         "Epoch time (s)": ["Multiline", ["train/epoch_time_s"]],
     },
     "Pruning": {"Sparsity (global, per layer)": ["Multiline", [r"sparsity/.*"]]},

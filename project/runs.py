@@ -191,6 +191,16 @@ def write_json(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def write_report(out: Path, data: dict[str, Any], table: str) -> None:
+    """Write ``data`` to ``out`` (JSON) and ``table`` beside it (``out`` with ``.md``), creating the folder;
+    print the table and where both went. The benches' output."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, data)
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+
+
 def write_results(run: Path, results: dict[str, Any]) -> Path:
     """Write the run's ``results.json`` atomically; returns its path."""
     return write_json(run / RESULTS, results)

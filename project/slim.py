@@ -7,7 +7,8 @@ input columns behind the flatten, ...). What is left is a smaller dense net, fas
 dependency handling is Torch-Pruning's (Fang et al., "DepGraph: Towards Any Structural Pruning", CVPR 2023;
 ``torch-pruning`` on PyPI): its ``DependencyGraph`` finds the coupled layers, its ``MetaPruner`` ranks and cuts.
 
-* :func:`macs_per_sample`, :func:`count_params`, :func:`weights_bytes` -- what a net costs;
+* :func:`macs_per_sample`, :func:`train_flops_per_sample`, :func:`count_params`, :func:`weights_bytes` -- what a
+  net costs;
 * :func:`slim` -- one pruning step on a plain ``nn.Module``;
 * :class:`StructuredPruning` -- the Lightning callback: a schedule over epochs, resumable, optimizers rebuilt.
 """
@@ -48,6 +49,27 @@ def macs_per_sample(net_name: str, num_classes: int, widths: dict[str, Any] | No
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         net(x)
     return int(counter.get_total_flops()) // 2
+
+
+def train_flops_per_sample(net_name: str, num_classes: int, widths: dict[str, Any] | None) -> float:
+    """FLOPs of one training step per sample (forward + backward) of the net with these widths.
+
+    Lightning's ``measure_flops`` (``torch.utils.flop_counter``: convolutions and matrix products, 2 FLOPs per
+    multiply-accumulate) on a copy built on the ``meta`` device, a batch of 8 with the loss taken as the sum of the
+    logits: no compute, no gradients on the trained net. Recipe LeNet: 13,182,000 (about 3x the forward pass,
+    less the input gradient of the first layer, which is not needed). Read by the bench and by
+    ``ImageClassifier.flops_per_batch``.
+    """
+    from lightning.fabric.utilities.throughput import measure_flops
+
+    batch = 8
+    # callers may be under inference_mode (Lightning's ThroughputMonitor reads flops_per_batch there)
+    # (and under anomaly detection, which would read values that meta tensors do not have)
+    with torch.inference_mode(False), torch.enable_grad(), torch.autograd.set_detect_anomaly(False):
+        with torch.device("meta"):
+            net = build_net(net_name, num_classes, widths)
+            x = torch.zeros(batch, *net.input_shape)
+        return measure_flops(net, lambda: net(x), loss_fn=torch.Tensor.sum) / batch
 
 
 def count_params(net: nn.Module) -> int:

@@ -41,8 +41,9 @@ def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
     assert (r["epochs"], r["global_step"]) == (2, 120)
     assert r["params"] == r["nonzero_params"] == 431_080
     assert r["precision"] == fastest_precision("auto") and r["sparsity"] == 0.0
-    assert len(r["epoch_time_s"]) == 2 and all(t > 0 for t in r["epoch_time_s"])
-    assert r["train_samples_per_s"] > 0
+    # each epoch is 60 batches of 64 samples; the median of two per-epoch rates is their mean
+    t0, t1 = r["epoch_time_s"]
+    assert r["train_samples_per_s"] == pytest.approx((60 * 64 / t0 + 60 * 64 / t1) / 2)
     assert 0 < r["best_val_acc"] <= 1
     ckpts = {p.name for p in (run / "checkpoints").iterdir()}
     assert "last.ckpt" in ckpts and len(ckpts) == 2
@@ -61,6 +62,12 @@ def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
         assert tag in tags["scalars"], tag
     assert "test/confusion_matrix" in tags["images"]
     assert len(events.Scalars("val/acc")) == 2
+    # Lightning's ThroughputMonitor, every log_every_n_steps (50): FLOPs are LeNet's 13,182,000 per sample
+    samples, flops = events.Scalars("train/device/samples_per_sec"), events.Scalars("train/device/flops_per_sec")
+    assert [e.step for e in samples] == [e.step for e in flops] and len(samples) == 2
+    for s, f in zip(samples, flops, strict=True):
+        assert f.value == pytest.approx(13_182_000 * s.value, rel=1e-4)
+    assert [e.value for e in events.Scalars("train/epoch_time_s")] == pytest.approx([t0, t1])
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams_tags(run)
 
 
