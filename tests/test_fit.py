@@ -41,9 +41,9 @@ def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
     assert (r["epochs"], r["global_step"]) == (2, 120)
     assert r["params"] == r["nonzero_params"] == 431_080
     assert r["precision"] == fastest_precision("auto") and r["sparsity"] == 0.0
-    # each epoch is 60 batches of 64 samples; the median of two per-epoch rates is their mean
+    # each epoch is 60 batches of the config's 128 samples; the median of two per-epoch rates is their mean
     t0, t1 = r["epoch_time_s"]
-    assert r["train_samples_per_s"] == pytest.approx((60 * 64 / t0 + 60 * 64 / t1) / 2)
+    assert r["train_samples_per_s"] == pytest.approx((60 * 128 / t0 + 60 * 128 / t1) / 2)
     assert 0 < r["best_val_acc"] <= 1
     ckpts = {p.name for p in (run / "checkpoints").iterdir()}
     assert "last.ckpt" in ckpts and len(ckpts) == 2

@@ -306,7 +306,7 @@ def test_tuned_configs_use_their_fast_path(config, tiny_mnist, tiny_cifar, tmp_p
     (run,) = run_dirs(tmp_path / "logs")
     assert run.parent.name == config
     r = results(run)
-    assert (r["in_memory"], r["channels_last"], r["auto_precision"]) == (True, True, True)
+    assert (r["in_memory"], r["channels_last"], r["auto_precision"], r["fused_optimizer"]) == (True, True, True, True)
     assert r["precision"] == fastest_precision("auto") and r["requested_precision"] == r["precision"]
     # an explicit precision wins over the automatic choice
     assert run_main([*args, "--trainer.precision", "32-true"]) == 0
