@@ -125,6 +125,19 @@ class ProjectCLI(LightningCLI):
             auto_configure_optimizers=False,
         )
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        # Explicit args (the bench, evaluate, sweeps and tests build an experiment inside another program) are the
+        # whole command line: the host program's own sys.argv is none of the experiment's business, and Lightning
+        # warns when it sees both.
+        if args is None:
+            return super().parse_arguments(parser, args)
+        argv = sys.argv
+        sys.argv = argv[:1]
+        try:
+            return super().parse_arguments(parser, args)
+        finally:
+            sys.argv = argv
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--ckpt_path",

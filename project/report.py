@@ -4,6 +4,7 @@ layout, the HPARAMS entry, the test-set images (confusion matrix, misclassified 
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -329,14 +330,17 @@ def misclassified_figure(wrong: list, mean: tuple, std: tuple, labels: list[str]
     x = x.clamp(0, 1)
     count, channels, h, w = x.shape
     rows = max(1, -(-count // cols))
-    band, pad = h * 3 // 4, w // 8  # title band above each image, gap between columns (pixels)
+    pad = w // 8  # gap between columns (pixels)
+    scale = 1.6 / (w + pad)  # inches per pixel: each column 1.6 inches wide
+    band = math.ceil(0.5 / scale)  # a two-line title band of 0.5 inches above each image (pixels)
     canvas = torch.ones(channels, rows * (band + h), cols * (w + pad))
     for i in range(count):
         r, c = divmod(i, cols)
         top, left = r * (band + h) + band, c * (w + pad) + pad // 2
         canvas[:, top : top + h, left : left + w] = x[i]
-    fig = plt.figure(figsize=(cols * 1.6, rows * 1.9 + 0.6), dpi=100)
-    ax = fig.add_axes((0, 0, 1, rows * 1.9 / (rows * 1.9 + 0.6)))
+    grid_h = rows * (band + h) * scale  # inches
+    fig = plt.figure(figsize=(cols * 1.6, grid_h + 0.6), dpi=100)
+    ax = fig.add_axes((0, 0, 1, grid_h / (grid_h + 0.6)))
     ax.axis("off")
     img = canvas.permute(1, 2, 0).numpy()
     ax.imshow(img.squeeze(-1) if channels == 1 else img, cmap="gray" if channels == 1 else None, vmin=0, vmax=1,
