@@ -125,7 +125,7 @@ def group_runs(finished: list[Run], by: list[str] | None) -> dict[str, list[Run]
     if by:
         for run in finished:
             groups.setdefault(tuple((k, _hashable(run.value(k))) for k in by), []).append(run)
-        return {", ".join(f"{k}={_fmt(v)}" for k, v in key): members for key, members in groups.items()}
+        return {", ".join(f"{k}={fmt(v)}" for k, v in key): members for key, members in groups.items()}
     for run in finished:
         kept = tuple(sorted((k, _hashable(v)) for k, v in run.config.items() if not k.startswith(IGNORED)))
         groups.setdefault((run.experiment, kept), []).append(run)
@@ -135,7 +135,7 @@ def group_runs(finished: list[Run], by: list[str] | None) -> dict[str, list[Run]
         siblings = [dict(k) for (e, k) in groups if e == exp]
         mine = dict(kept)
         keys = sorted({k for s in siblings for k in set(s) | set(mine) if s.get(k) != mine.get(k)})
-        label = exp + (" [" + ", ".join(f"{k}={_fmt(mine.get(k))}" for k in keys) + "]" if keys else "")
+        label = exp + (" [" + ", ".join(f"{k}={fmt(mine.get(k))}" for k in keys) + "]" if keys else "")
         labelled[label] = members
     return labelled
 
@@ -144,12 +144,21 @@ def _hashable(v: Any) -> Any:
     return tuple(map(_hashable, v)) if isinstance(v, list) else v
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any) -> str:
+    """A table cell: ``-`` for None; floats with 4 decimals, 4 significant digits below 0.001 (learning rates),
+    thousands separators from 100 on."""
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}" if abs(value) < 1e-3 else f"{value:.4f}"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.4g}" if abs(value) < 1e-3 and value else f"{value:.4f}"
     return str(value)
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (ddof=1) of ``values``; None where undefined (no values; n < 2)."""
+    return (statistics.fmean(values) if values else None), (statistics.stdev(values) if len(values) > 1 else None)
 
 
 def stats_of(members: list[Run], metrics: list[str]) -> dict[str, Any]:
@@ -157,11 +166,8 @@ def stats_of(members: list[Run], metrics: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"runs": len(members), "paths": [str(r.path) for r in members]}
     for m in metrics:
         values = [float(v) for r in members if isinstance(v := r.value(m), int | float) and not isinstance(v, bool)]
-        out[m] = {
-            "mean": statistics.fmean(values) if values else None,
-            "std": statistics.stdev(values) if len(values) > 1 else None,
-            "n": len(values),
-        }
+        mean, std = mean_std(values)
+        out[m] = {"mean": mean, "std": std, "n": len(values)}
     return out
 
 
@@ -189,15 +195,15 @@ def summarize(
         name = f"{run.experiment}/{run.path.name}"
         seed = run.value("seed") if run.results else run.config.get("seed_everything")
         cells = [run.value(m) if run.results else None for m in metrics]
-        lines.append(f"| {name} | {group_of.get(run.path, '-')} | {run.status} | {_fmt(seed)} | "
-                     + " | ".join(map(_fmt, cells)) + " |")  # fmt: skip
+        lines.append(f"| {name} | {group_of.get(run.path, '-')} | {run.status} | {fmt(seed)} | "
+                     + " | ".join(map(fmt, cells)) + " |")  # fmt: skip
         run_rows.append({"run": str(run.path), "group": group_of.get(run.path, ""), "status": run.status,
                          "seed": seed, **dict(zip(metrics, cells))})  # fmt: skip
     lines += ["", "| group | n | " + " | ".join(f"{m} (mean ± std)" for m in metrics) + " |",
               "|---|---:|" + "---:|" * len(metrics)]  # fmt: skip
     group_stats = {label: stats_of(members, metrics) for label, members in groups.items()}
     for label, st in group_stats.items():
-        cells = ["-" if st[m]["mean"] is None else f"{_fmt(st[m]['mean'])} ± {_fmt(st[m]['std'])}" for m in metrics]
+        cells = ["-" if st[m]["mean"] is None else f"{fmt(st[m]['mean'])} ± {fmt(st[m]['std'])}" for m in metrics]
         lines.append(f"| {label} | {st['runs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", {"groups": group_stats, "runs": run_rows}
 
@@ -262,8 +268,8 @@ def plot(stats: dict[str, Any], all_runs: list[Run], out: Path, x_key: str | Non
         finished = [r for r in all_runs if r.results is not None and isinstance(r.value("test_acc"), int | float)]
         xs = [r.value(x_key) for r in finished]
         numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
-        cats = sorted({_fmt(x) for x in xs}) if not numeric else []
-        pos = [float(x) if numeric else cats.index(_fmt(x)) for x in xs]
+        cats = sorted({fmt(x) for x in xs}) if not numeric else []
+        pos = [float(x) if numeric else cats.index(fmt(x)) for x in xs]
         fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
         ax.scatter(pos, [r.value("test_acc") for r in finished], s=14, alpha=0.6, label="runs")
         by_x: dict[float, list[float]] = {}

@@ -15,24 +15,12 @@ from typing import Any
 import optuna
 
 from project import runs
-
-
-def _fmt(value: Any) -> str:
-    """Swept values: 4 decimals, or 4 significant digits below 0.001 (learning rates)."""
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e-3 and value else f"{value:.4f}"
-    return "-" if value is None else str(value)
+from project.summarize import fmt, mean_std
 
 
 def _num(value: Any) -> str:
     """Metrics, their std and sparsity: 4 decimals."""
     return f"{value:.4f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
-
-
-def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
@@ -76,8 +64,8 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         state = r["state"] + (f" (retry of {r['retry_of']})" if r["retry_of"] is not None else "")
         lines.append(
             f"| {r['trial']} | {state} | {Path(r['run']).name if r['run'] else '-'} | "
-            + " | ".join(_fmt(r["params"][k]) for k in keys)
-            + f" | {r['seed']} | {_num(res.get(metric))} | {_num(res.get('sparsity'))} | {_fmt(res.get('epochs'))} |"
+            + " | ".join(fmt(r["params"][k]) for k in keys)
+            + f" | {r['seed']} | {_num(res.get(metric))} | {_num(res.get('sparsity'))} | {fmt(res.get('epochs'))} |"
         )
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
@@ -85,8 +73,8 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
             groups.setdefault(tuple(r["params"][k] for k in keys), []).append(r)
     points = []
     for values, members in groups.items():
-        mean, std = _mean_std([float(m["results"][metric]) for m in members if metric in m["results"]])
-        sp, _ = _mean_std([float(m["results"]["sparsity"]) for m in members if "sparsity" in m["results"]])
+        mean, std = mean_std([float(m["results"][metric]) for m in members if metric in m["results"]])
+        sp, _ = mean_std([float(m["results"]["sparsity"]) for m in members if "sparsity" in m["results"]])
         points.append(
             {
                 "params": dict(zip(keys, values)),
@@ -107,7 +95,7 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         std = _num(p["std"]) if p["std"] is not None else "-"
         lines.append(
             "| "
-            + " | ".join(_fmt(v) for v in p["params"].values())
+            + " | ".join(fmt(v) for v in p["params"].values())
             + f" | {p['n']} | {_num(p['mean'])} ± {std} | {_num(p['sparsity'])} |"
         )
     scored = [p for p in points if p["mean"] is not None]
@@ -116,7 +104,7 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         best = (max if sweep.direction == "maximize" else min)(scored, key=lambda p: p["mean"])
         lines += [
             "",
-            f"Best point: {', '.join(f'{k}={_fmt(v)}' for k, v in best['params'].items())}: {metric} "
+            f"Best point: {', '.join(f'{k}={fmt(v)}' for k, v in best['params'].items())}: {metric} "
             f"{_num(best['mean'])} ± {_num(best['std'])} over {best['n']} seed(s)",
         ]
     out = {
@@ -167,7 +155,7 @@ def plot(
         for r in done:
             by.setdefault(r["params"][key], []).append(float(r["results"][metric]))
         xs = [where[v] for v in values]
-        stats = [_mean_std(by[v]) for v in values]
+        stats = [mean_std(by[v]) for v in values]
         ax.errorbar(
             xs,
             [m for m, _ in stats],

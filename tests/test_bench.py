@@ -27,7 +27,7 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
     for r in rows:
         assert r["samples_per_s"] > 0 and r["peak_mem_mib"] > 10 and len(r["repeats_s"]) == 2
         s = r["settings"]
-        batch = int(r["row"].rsplit("_", 1)[1]) if r["row"].startswith("infer_") else 64
+        batch = int(r["row"].rsplit("_", 1)[1]) if r["row"].startswith("infer_") else 128  # configs/mnist.yaml's
         assert (s["synthetic"], s["batch_size"], s["device"], s["net"]) == (True, batch, "cpu", "lenet")
         assert s["optimizer"] == "AdamW"  # configs/mnist.yaml's, not a hard-coded one
     by = {r["row"]: r for r in rows}
