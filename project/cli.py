@@ -58,10 +58,13 @@ class RunConfig(SaveConfigCallback):
     """Lightning's ``SaveConfigCallback``, keeping every config a run folder ran with.
 
     A new run writes ``config.yaml``; each resume into the same folder adds ``config-resume-<k>.yaml``
-    (k = 1, 2, ...), so the original config is never rewritten.
+    (k = 1, 2, ...), so the original config is never rewritten. Without a logger there is no run folder and
+    nothing is written (Lightning's callback would write ``config.yaml`` into the working directory).
     """
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not trainer.loggers:  # no run folder (evaluate, predict, export, --trainer.logger false): nothing to keep
+            return None
         if self.already_saved or trainer.log_dir is None:
             return super().setup(trainer, pl_module, stage)
         log_dir = Path(trainer.log_dir)

@@ -53,6 +53,20 @@ def test_evaluate_reproduces_the_runs_test_accuracy(trained, capsys):
     assert run_dirs(trained.parent.parent) == [trained]  # evaluating wrote no new run
 
 
+def test_commands_leave_nothing_in_the_working_directory(trained, tiny_mnist, tmp_path, monkeypatch):
+    """evaluate and predict rebuild the run without a logger: no config.yaml in the working directory, and
+    predicting on image files needs (and imports) nothing of the data set."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    image = elsewhere / "x.png"
+    Image.new("L", (28, 28)).save(image)
+    assert evaluate.main([str(trained)]) == 0
+    missing = tmp_path / "no-data-here"
+    assert predict.main([str(trained), str(image), "--data.data_dir", str(missing), "--out", "p.csv"]) == 0
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["p.csv", "x.png"] and not missing.exists()
+
+
 def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path, capsys):
     evil, marker = trained / "checkpoints" / "evil.ckpt", tmp_path / "pwned"
     subprocess.run([sys.executable, "-c", EVIL, str(evil), str(marker)], check=True)

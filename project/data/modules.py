@@ -152,6 +152,8 @@ class VisionDataModule(L.LightningDataModule):
         Raises:
             DataError: no source has the data, or a file is missing, truncated or fails its md5 check.
         """
+        if self.predict_set is not None:  # classifying given image files needs nothing of the data set
+            return
         if all(p.exists() for p in self.expected_files()):
             self.verify(md5=True)
             return
@@ -228,8 +230,9 @@ class VisionDataModule(L.LightningDataModule):
         return images.contiguous(), torch.as_tensor(ds.targets, dtype=torch.int64)
 
     def setup(self, stage: str | None = None) -> None:
-        """Build the datasets and the seeded train/val split (idempotent; cheap file checks only)."""
-        if self.train_set is not None:
+        """Build the datasets and the seeded train/val split (idempotent; cheap file checks only); nothing when
+        predicting on image files (:meth:`predict_on`)."""
+        if self.train_set is not None or (stage == "predict" and self.predict_set is not None):
             return
         self.verify(md5=False)
         try:
