@@ -266,6 +266,9 @@ def explain_parse_error(message: str) -> str:
         key, expected, given = nested.groups()
         expected = re.sub(r"<class '(\w+)'>", r"\1", expected).replace("typing.Literal", "one of ")
         return f"{outer.group(1)}.{key}: invalid value {given.strip()!r}; expected {expected}"
+    deep = _explain_nested(message)
+    if deep:
+        return deep
     errors = [line[2:] for line in lines if line.startswith("- ")]
     specific = [e for e in errors if not e.startswith(_GENERIC) and not e.startswith("Expected a ")]
     if specific:
@@ -282,6 +285,30 @@ def explain_parse_error(message: str) -> str:
     if key and given:
         return f"{key.group(1)}: invalid value {given.group(1)!r}; expected {' or '.join(expected) or 'another type'}"
     return lines[0] if lines else message
+
+
+def _explain_nested(message: str) -> str | None:
+    """A bad value inside a class given by ``class_path`` (the data module's ``batch_size``, the optimizer's
+    ``lr``, ...): jsonargparse reports it under the outer key, nested. Name the whole key, the value and the type
+    expected; None when the message is not of that kind."""
+    keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
+    unknown = re.search(r"Option '([^']+)' is not accepted", message)
+    cls = re.search(r"class_path '([^']+)'", message)
+    if unknown and keys and cls:  # a misspelled init argument in a YAML file
+        return (f"{keys[0]}.{unknown.group(1)}: {cls.group(1)} has no such option "
+                f"(its options: --{keys[0]}.help {cls.group(1)})")  # fmt: skip
+    if len(keys) < 2:
+        return None
+    key = ".".join(keys)
+    not_of_type = re.findall(r"Not of type (\w+): (.*)", message)
+    if not_of_type:
+        name, why = not_of_type[-1]
+        return f"{key}: {why.strip()} (expected {name})"
+    given = re.findall(r"Given value: (.*?)(?:\. Got value:.*)?$", message, re.MULTILINE)
+    expected = sorted(set(re.findall(r"Expected a <class '(\w+)'>", message)) - {"NoneType"})
+    if not given or not expected:
+        return None
+    return f"{key}: invalid value {given[-1].strip()!r}; expected {' or '.join(expected)}"
 
 
 def setup_logging() -> None:

@@ -91,6 +91,8 @@ BAD = [
     (["--trainer.precision", "fp16"], "trainer.precision: invalid value 'fp16'"),
     (["--data.batch_size", "0"], "data.batch_size: 0 is not a PositiveInt"),
     (["--data.num_workers", "-1"], "data.num_workers: -1 is not a NonNegativeInt"),
+    (["--data.batch_size", "abc"], "data.batch_size: invalid literal for int() with base 10: 'abc'"),
+    (["--model.optimizer.init_args.lr", "abc"], "model.optimizer.lr: invalid value 'abc'; expected float"),
     (["--model.optimizer.lr", "-1"], "model.optimizer: Invalid learning rate: -1"),
     (["--model.net", "simple_cnn"], "model.net: simple_cnn takes 3x32x32 images but the data gives 1x28x28"),
     (["--data.val_size", "600"], "data.val_size: 600 must be smaller than the 600 training images"),
@@ -119,10 +121,16 @@ def test_bad_yaml_key_and_bad_checkpoint_file(tiny_mnist, tmp_path, monkeypatch,
     (tmp_path / "prune.yaml").write_text(
         "trainer:\n  callbacks:\n    - class_path: project.callbacks.Pruning\n      init_args: {amount: 1.5}\n"
     )
+    (tmp_path / "data_typo.yaml").write_text("data:\n  init_args:\n    batch_sise: 64\n")
+    (tmp_path / "lr.yaml").write_text("model:\n  optimizer:\n    init_args: {lr: fast}\n")
+    (tmp_path / "float.yaml").write_text("data:\n  init_args:\n    batch_size: 12.5\n")
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
     torch.save({"weights": torch.zeros(2)}, tmp_path / "tensor.ckpt")
     for extra, expected in [
         (["--config", "typo.yaml"], "lrr"),
+        (["--config", "data_typo.yaml"], "data.batch_sise: project.data.MNISTDataModule has no such option"),
+        (["--config", "lr.yaml"], "model.optimizer.lr: invalid value 'fast'; expected float"),
+        (["--config", "float.yaml"], "data.batch_size: 12.5 not an integer (expected PositiveInt)"),
         (["--config", "prune.yaml"], "trainer.callbacks.amount: 1.5 is not a PruningAmount"),
         (["--ckpt_path", "junk.ckpt"], "junk.ckpt is not a readable checkpoint"),
         (["--ckpt_path", "tensor.ckpt"], "tensor.ckpt is not a Lightning training checkpoint"),
