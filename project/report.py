@@ -7,6 +7,7 @@ import json
 import math
 import re
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,16 @@ class TensorBoardLogger(_TensorBoardLogger):
         metrics = {k: v for k, v in metrics.items() if k != "epoch"}
         if metrics:
             super().log_metrics(metrics, step)
+
+    @rank_zero_only
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Lightning's GRAPHS-tab graph, which TensorBoard's writer builds with ``torch.jit.trace``: torch >= 2.10
+        deprecates that (two FutureWarnings on every run) and offers no replacement the writer can use yet."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r"`torch\.jit\.trace(_method)?` is deprecated", category=FutureWarning
+            )
+            super().log_graph(model, input_array)
 
 
 # TensorBoard's HPARAMS tab shows (ticks) the first five hparams, those marked `differs` first: these five.
