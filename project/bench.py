@@ -52,7 +52,7 @@ from project import data as data_mod
 from project import runs
 from project.callbacks import synced_time
 from project.cli import ProjectCLI, explain_parse_error
-from project.errors import DataError, UserError
+from project.errors import ArgumentParser, DataError, UserError
 from project.module import ImageClassifier
 from project.slim import StructuredPruning, macs_per_sample, slim, train_flops_per_sample
 
@@ -514,7 +514,7 @@ def pruning_markdown(rows: list[dict[str, Any]], nets: dict[str, dict[str, Any]]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m project.bench", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m project.bench", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="configs/mnist.yaml", help="experiment config: net, data module, batch size")
     p.add_argument("--data_dir", default="data", help="where the data set is (used if present)")
     p.add_argument("--source_dir", default=None, help="original archives to import offline")

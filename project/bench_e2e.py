@@ -47,7 +47,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 import project
 from project import data as data_mod
 from project import runs
-from project.errors import UserError
+from project.errors import ArgumentParser, UserError
 
 # config data.class_path (last part) -> recipe_loop --dataset
 RAW_DATASET = {"MNISTDataModule": "mnist", "FashionMNISTDataModule": "fashion_mnist"}
@@ -232,7 +232,7 @@ def machine() -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m project.bench_e2e", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m project.bench_e2e", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="configs/fashion_mnist.yaml", help="fit's config (MNIST or Fashion-MNIST)")
     p.add_argument("--source_dir", default=None, help="folder with the original archives to import offline")
     p.add_argument("--data_dir", default="data", help="where the data is extracted (torchvision's layout)")

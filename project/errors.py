@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import NoReturn
+
 
 class UserError(Exception):
     """Base class: the message names the bad key, value or file and says how to fix it."""
@@ -23,3 +26,11 @@ def require(condition: bool, key: str, message: str) -> None:
     """Raise :class:`ConfigError` ``"<key>: <message>"`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(f"{key}: {message}")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser for the project's commands, whose usage errors are one line, like every other bad input:
+    ``error: <what argparse found> (see <prog> --help)`` on stderr, exit status 2 (argparse's own status)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")

@@ -17,7 +17,7 @@ from typing import Any
 
 from project import runs
 from project.cli import ProjectCLI, cli_for_run, run_main
-from project.errors import ConfigError
+from project.errors import ArgumentParser, ConfigError
 
 
 @dataclass
@@ -85,7 +85,7 @@ def evaluate(job: Job) -> dict[str, Any]:
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="python -m project.evaluate", description=__doc__.splitlines()[0],
+    p = ArgumentParser(prog="python -m project.evaluate", description=__doc__.splitlines()[0],
                                 epilog="Other arguments override the run's config, as in python -m project.fit.")
     p.add_argument("run", help="run folder (logs/<experiment>/version_N), experiment folder (newest run) or checkpoint")
     p.add_argument("--ckpt", default="best", help="best (default), last, or a checkpoint file")

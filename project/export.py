@@ -22,7 +22,6 @@ pruned (slimmed) run exports its smaller net, rebuilt from the widths in its che
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -39,7 +38,7 @@ import torch
 
 from project import runs
 from project.cli import ProjectCLI, cli_for_run, run_main
-from project.errors import ConfigError, UserError
+from project.errors import ArgumentParser, ConfigError, UserError
 from project.evaluate import load_weights
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts.pt", "pt2": ".pt2"}
@@ -175,7 +174,7 @@ def export(job: Job) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 export failed its check, 2 bad arguments/config/checkpoint)."""
-    p = argparse.ArgumentParser(prog="python -m project.export", description=__doc__.splitlines()[0],
+    p = ArgumentParser(prog="python -m project.export", description=__doc__.splitlines()[0],
                                 epilog="Other arguments override the run's config, as in python -m project.fit.")
     p.add_argument("run", help="run folder, experiment folder (newest run) or checkpoint inside a run")
     p.add_argument("--ckpt", default="best", help="best (default), last, or a checkpoint file")

@@ -14,7 +14,6 @@ are still classified, and the exit status is 1.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ import torch
 from project import runs
 from project.cli import ProjectCLI, cli_for_run, run_main
 from project.data.images import IMAGE_SUFFIXES, MAX_PIXELS, image_files, load_image  # noqa: F401  (public here too)
-from project.errors import UserError
+from project.errors import ArgumentParser, UserError
 from project.evaluate import load_weights
 
 
@@ -76,7 +75,7 @@ def predict(job: Job) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 some input unreadable, 2 bad arguments/config/checkpoint)."""
-    p = argparse.ArgumentParser(prog="python -m project.predict", description=__doc__.splitlines()[0],
+    p = ArgumentParser(prog="python -m project.predict", description=__doc__.splitlines()[0],
                                 epilog="Other arguments override the run's config, as in python -m project.fit.")
     p.add_argument("run", help="run folder, experiment folder (newest run) or checkpoint inside a run")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files or folders")

@@ -27,7 +27,7 @@ from torch import nn, optim
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
-from project.errors import DataError
+from project.errors import ArgumentParser, DataError
 from project.nets import LeNet
 
 # torchvision class and Normalize (mean, std) per --dataset: the values of project.data's MNISTDataModule and
@@ -142,7 +142,7 @@ def test_accuracy(net: nn.Module, loader: DataLoader, device: torch.device) -> t
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m project.recipe_loop", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m project.recipe_loop", description=__doc__.splitlines()[0])
     p.add_argument("--data_dir", default="data", help="extracted data in torchvision's layout")
     p.add_argument("--dataset", choices=sorted(DATASETS), default="mnist")
     p.add_argument("--epochs", type=int, default=2)

@@ -22,7 +22,6 @@ Reads only ``results.json``, YAML configs (safe loader) and event files: nothing
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import math
@@ -35,7 +34,7 @@ from typing import Any
 import yaml
 
 from project import runs
-from project.errors import ConfigError
+from project.errors import ArgumentParser, ConfigError
 
 DEFAULT_METRICS = ["test_acc", "best_val_acc", "train_samples_per_s", "sparsity", "epochs"]
 # Config keys that do not change what a run computes: paths, logging, loader plumbing, the seed.
@@ -294,7 +293,7 @@ def plot(stats: dict[str, Any], all_runs: list[Run], out: Path, x_key: str | Non
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 nothing to summarize or a bad argument)."""
-    p = argparse.ArgumentParser(prog="python -m project.summarize", description=__doc__.splitlines()[0],
+    p = ArgumentParser(prog="python -m project.summarize", description=__doc__.splitlines()[0],
                                 epilog="KEY: a results.json key, 'experiment', or a dotted config key (any "
                                        "unambiguous ending: lr, amount).")  # fmt: skip
     p.add_argument("roots", nargs="*", default=["logs"], metavar="FOLDER", help="logs folders or run folders")

@@ -49,7 +49,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from project import runs
-from project.errors import ConfigError
+from project.errors import ArgumentParser, ConfigError
 from project.sweep_file import Sweep, key_path, load_sweep, make_pruner, resolve_base, trial_config
 
 TRIAL_FILE = "trial.json"
@@ -365,7 +365,7 @@ def work(ctx: Context) -> None:
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m project.sweep",
         description="Run a sweep file as an Optuna study of python -m project.fit runs: resumable, crash-tolerant, "
         "shared by workers on one or many machines.",

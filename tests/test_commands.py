@@ -67,6 +67,21 @@ def test_commands_leave_nothing_in_the_working_directory(trained, tiny_mnist, tm
     assert sorted(p.name for p in elsewhere.iterdir()) == ["p.csv", "x.png"] and not missing.exists()
 
 
+@pytest.mark.parametrize("command", ["evaluate", "predict", "export", "summarize", "bench", "bench_e2e", "sweep"])
+def test_a_bad_command_line_is_one_error_line(command, tmp_path, capsys):
+    """argparse's usage errors, like every other bad input: one line on stderr naming the problem, exit 2."""
+    import importlib
+
+    main = importlib.import_module(f"project.{command}").main
+    try:  # evaluate, predict and export hand unknown options to the run's config: the folder is refused first
+        code = main([str(tmp_path), "--no_such_option", "1"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "--help" in err[0], err
+
+
 def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path, capsys):
     evil, marker = trained / "checkpoints" / "evil.ckpt", tmp_path / "pwned"
     subprocess.run([sys.executable, "-c", EVIL, str(evil), str(marker)], check=True)
