@@ -140,10 +140,15 @@ class TensorBoardLogger(_TensorBoardLogger):
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:
         """Lightning's GRAPHS-tab graph, which TensorBoard's writer builds with ``torch.jit.trace``: torch >= 2.10
-        deprecates that (two FutureWarnings on every run) and offers no replacement the writer can use yet."""
+        deprecates that (two FutureWarnings on every run) and offers no replacement the writer can use yet; the
+        trace also reads every property of every torchmetrics metric, deprecated ones included (one
+        DeprecationWarning each). Both are filtered here, around this call only."""
         with warnings.catch_warnings():
             warnings.filterwarnings(
                 "ignore", message=r"`torch\.jit\.trace(_method)?` is deprecated", category=FutureWarning
+            )
+            warnings.filterwarnings(
+                "ignore", message=r"This property will be removed in 2\.0\.0", category=DeprecationWarning
             )
             super().log_graph(model, input_array)
 
