@@ -292,23 +292,22 @@ def _explain_nested(message: str) -> str | None:
     ``lr``, ...): jsonargparse reports it under the outer key, nested. Name the whole key, the value and the type
     expected; None when the message is not of that kind."""
     keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
+    if len(keys) >= 2:  # a bad value: checked first, jsonargparse may also list an option it tried and refused
+        key = ".".join(keys)
+        not_of_type = re.findall(r"Not of type (\w+): (.*)", message)
+        if not_of_type:
+            name, why = not_of_type[-1]
+            return f"{key}: {why.strip()} (expected {name})"
+        given = re.findall(r"Given value: (.*?)(?:\. Got value:.*)?$", message, re.MULTILINE)
+        expected = sorted(set(re.findall(r"Expected a <class '(\w+)'>", message)) - {"NoneType"})
+        if given and expected:
+            return f"{key}: invalid value {given[-1].strip()!r}; expected {' or '.join(expected)}"
     unknown = re.search(r"Option '([^']+)' is not accepted", message)
     cls = re.search(r"class_path '([^']+)'", message)
     if unknown and keys and cls:  # a misspelled init argument in a YAML file
         return (f"{keys[0]}.{unknown.group(1)}: {cls.group(1)} has no such option "
                 f"(its options: --{keys[0]}.help {cls.group(1)})")  # fmt: skip
-    if len(keys) < 2:
-        return None
-    key = ".".join(keys)
-    not_of_type = re.findall(r"Not of type (\w+): (.*)", message)
-    if not_of_type:
-        name, why = not_of_type[-1]
-        return f"{key}: {why.strip()} (expected {name})"
-    given = re.findall(r"Given value: (.*?)(?:\. Got value:.*)?$", message, re.MULTILINE)
-    expected = sorted(set(re.findall(r"Expected a <class '(\w+)'>", message)) - {"NoneType"})
-    if not given or not expected:
-        return None
-    return f"{key}: invalid value {given[-1].strip()!r}; expected {' or '.join(expected)}"
+    return None
 
 
 def setup_logging() -> None:
