@@ -328,8 +328,8 @@ class Throughput(ThroughputMonitor):
     ``train/device/samples_per_sec``, ``train/device/batches_per_sec`` and ``train/device/flops_per_sec`` (FLOPs
     from the module's ``flops_per_batch``), ``train/device/mfu`` on GPUs whose peak Lightning knows, the same
     without ``device/`` summed over ranks when there is more than one, and ``train/time`` (seconds),
-    ``train/samples``, ``train/batches`` so far. Validation and
-    test throughput are measured (the subtraction needs them) but not logged.
+    ``train/samples``, ``train/batches`` so far. Validation and test throughput are measured (the subtraction
+    needs them) but not logged.
 
     Added here, each epoch: ``train/epoch_time_s`` (seconds of training steps, data loading included,
     validation and checkpointing excluded), logged, and ``epoch_time_s`` / ``samples_per_s`` lists (all ranks
