@@ -51,7 +51,7 @@ from torch.utils.data import Dataset
 from project import data as data_mod
 from project import runs
 from project.callbacks import synced_time
-from project.cli import ProjectCLI, explain_parse_error
+from project.cli import ProjectCLI, exit_with, explain_parse_error
 from project.errors import ArgumentParser, DataError, UserError
 from project.module import ImageClassifier
 from project.slim import StructuredPruning, macs_per_sample, slim, train_flops_per_sample
@@ -575,4 +575,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -10,13 +10,12 @@ accuracy, the confusion matrix (rows: true class) and the number of samples. On 
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from project import runs
-from project.cli import ProjectCLI, cli_for_run, run_main
+from project.cli import ProjectCLI, cli_for_run, exit_with, run_main
 from project.errors import ArgumentParser, ConfigError
 
 
@@ -107,4 +106,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -26,7 +26,6 @@ import gzip
 import json
 import os
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from typing import Any
 import torch
 
 from project import runs
-from project.cli import ProjectCLI, cli_for_run, run_main
+from project.cli import ProjectCLI, cli_for_run, exit_with, run_main
 from project.errors import ArgumentParser, ConfigError, UserError
 from project.evaluate import load_weights
 
@@ -202,4 +201,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -16,7 +16,6 @@ line, exits non-zero and leaves the filesystem as it found it.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import yaml
 
 from project import report, runs
 from project.callbacks import Pruning
-from project.cli import ProjectCLI, run_main
+from project.cli import ProjectCLI, exit_with, run_main
 from project.errors import ConfigError
 from project.nets import build_net
 from project.slim import StructuredPruning
@@ -173,4 +172,4 @@ def main(args: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

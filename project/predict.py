@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from project import runs
-from project.cli import ProjectCLI, cli_for_run, run_main
+from project.cli import ProjectCLI, cli_for_run, exit_with, run_main
 from project.data.images import IMAGE_SUFFIXES, MAX_PIXELS, image_files, load_image  # noqa: F401  (public here too)
 from project.errors import ArgumentParser, UserError
 from project.evaluate import load_weights
@@ -99,4 +99,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

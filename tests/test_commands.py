@@ -82,6 +82,28 @@ def test_a_bad_command_line_is_one_error_line(command, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and "--help" in err[0], err
 
 
+RUN_AS_MAIN = """
+import gc, runpy, sys
+for command in sys.argv[1:]:
+    gc.unfreeze()
+    sys.argv = ["x", "no-such-run", "--no_such_option", "1"]
+    try:
+        runpy.run_module(f"project.{command}", run_name="__main__")
+    except SystemExit as e:
+        print(command, e.code, gc.get_freeze_count())
+"""
+
+
+def test_a_command_process_ends_through_exit_with():
+    """``python -m project.<command>`` exits with main()'s status, its imports frozen out of the garbage collector
+    (``cli.exit_with``): Python's exit scans whatever is not frozen, 2.4 s of a ``fit`` on a 2-core CPU."""
+    commands = ["fit", "evaluate", "predict", "export", "bench"]
+    out = subprocess.run([sys.executable, "-c", RUN_AS_MAIN, *commands], capture_output=True, text=True, cwd=REPO)
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert [r[:2] for r in rows] == [[c, "2"] for c in commands], out.stdout + out.stderr
+    assert all(int(r[2]) > 100_000 for r in rows), rows  # torch and Lightning alone hold far more objects
+
+
 def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path, capsys):
     evil, marker = trained / "checkpoints" / "evil.ckpt", tmp_path / "pwned"
     subprocess.run([sys.executable, "-c", EVIL, str(evil), str(marker)], check=True)
