@@ -67,6 +67,11 @@ class LeNet(nn.Module):
     flatten (c2*4*4), Linear(c2*16->h), ReLU, Linear(h->num_classes), with ``channels=(c1, c2)`` (recipe: 20, 50)
     and ``hidden=(h,)`` (recipe: 500).
 
+    ``forward`` applies each ReLU after its max-pool instead of before. The two commute (ReLU is non-decreasing,
+    so the max of ReLUs is the ReLU of the max), so outputs and gradients are the recipe's, while the ReLU and its
+    backward touch a quarter of the values: a training step at batch 128 took 40 ms instead of 43 ms on a 2-core
+    CPU (``torch.profiler``: ``clamp_min`` and ``threshold_backward`` on (N, 20, 24, 24) were 6 ms of it).
+
     Shapes:
         input: float tensor (N, 1, 28, 28); output: logits (N, num_classes), same dtype.
 
@@ -90,8 +95,8 @@ class LeNet(nn.Module):
         self.fc2 = nn.Linear(h, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(self.relu(self.conv1(x)))
-        x = self.pool(self.relu(self.conv2(x)))
+        x = self.relu(self.pool(self.conv1(x)))  # = pool(relu(conv1(x))), a quarter of the ReLU work
+        x = self.relu(self.pool(self.conv2(x)))
         x = self.relu(self.fc1(torch.flatten(x, 1)))
         return self.fc2(x)
 

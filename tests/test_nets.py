@@ -23,6 +23,32 @@ def test_output_shapes(cls, shape):
     assert cls(num_classes=3)(torch.randn(2, *shape)).shape == (2, 3)
 
 
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_lenet_pooling_before_relu_is_the_recipes_function(memory_format):
+    """LeNet.forward pools before its ReLUs (less work); outputs and every gradient equal the recipe's order."""
+    torch.manual_seed(0)
+    net = LeNet().to(memory_format=memory_format)
+    x = torch.randn(64, 1, 28, 28).contiguous(memory_format=memory_format)
+    y = torch.randint(0, 10, (64,))
+
+    def recipe(x):
+        x = net.pool(torch.relu(net.conv1(x)))
+        x = net.pool(torch.relu(net.conv2(x)))
+        return net.fc2(torch.relu(net.fc1(torch.flatten(x, 1))))
+
+    outs, grads = [], []
+    for forward in (net, recipe):
+        net.zero_grad()
+        out = forward(x)
+        torch.nn.functional.cross_entropy(out, y).backward()
+        outs.append(out.detach())
+        grads.append([p.grad.clone() for p in net.parameters()])
+    assert torch.allclose(outs[0], outs[1], rtol=0, atol=1e-6)
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert (grads[0][0] != 0).any()  # conv1's gradient flows
+
+
 def test_layers_are_the_recipes():
     net = SimpleCNN()
     assert (net.conv1.in_channels, net.conv1.out_channels, net.conv1.kernel_size, net.conv1.padding) == (
