@@ -52,6 +52,8 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
     # that in FLOPs, less conv1's input gradient (not needed)
     assert 12e6 < data["flops_per_sample"] < 14e6
     assert data["gemm_gflops"]["fp32"] > 1 and data["gemm_gflops"]["bfloat16"] > 0
+    rounds = data["fp32_gemm_gflops_per_round"]  # the fp32 ceiling: the best GEMM of the rounds, one per repeat
+    assert len(rounds) == 2 and data["gemm_gflops"]["fp32"] == max(rounds)
     for r in rows:
         if r["row"].startswith("data_"):
             assert r["gflops"] is None
