@@ -205,6 +205,13 @@ class ProjectCLI(LightningCLI):
             runs.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
             runs.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
 
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
+        # Lightning refuses ``enable_checkpointing=False`` next to a ModelCheckpoint, and the run's RunCheckpoint
+        # (``checkpoint.*``) is always one: without checkpointing it is left out, and fit tests the final weights.
+        if config.get("enable_checkpointing") is False:
+            callbacks = [c for c in callbacks if not isinstance(c, RunCheckpoint)]
+        return super()._instantiate_trainer(config, callbacks)
+
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         plugins = self.config_init.trainer.get("plugins") or []
         plugins = plugins if isinstance(plugins, list) else [plugins]

@@ -63,6 +63,10 @@ SWITCHES = {
     "accumulate": (["--trainer.accumulate_grad_batches", "2"], {"global_step": 5}),
     "gradient_clip": (["--trainer.gradient_clip_val", "0.5"], {}),
     "no sanity check": (["--trainer.num_sanity_val_steps", "0"], {}),
+    "no checkpointing": (
+        ["--trainer.enable_checkpointing", "false"],
+        {"best_ckpt": None, "last_ckpt": None, "test_ckpt": "final weights"},
+    ),
     "val every 2nd epoch": (["--trainer.check_val_every_n_epoch", "2", "--trainer.max_epochs", "2"], {"epochs": 2}),
     "log every step": (["--trainer.log_every_n_steps", "1"], {}),
     "one-cycle": (ONECYCLE, {"global_step": 10}),
