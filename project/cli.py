@@ -100,6 +100,24 @@ def _int_before_float(parser: LightningArgumentParser) -> None:
                 action._typehint = typing.Union[tuple([int, *(a for a in args if a is not int)])]  # noqa: UP007
 
 
+# Trainer settings Lightning uses without checking them first: these values crashed deep in a loop
+# (ZeroDivisionError, IndexError), were reported against another key, or trained with a meaningless setting.
+# key -> (check of a set value, what to use instead). Lightning's own checks cover the rest.
+TRAINER_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "accumulate_grad_batches": (lambda v: v >= 1, "a positive integer (1: no accumulation)"),
+    "check_val_every_n_epoch": (lambda v: v >= 1, "a positive integer, or null to validate by val_check_interval"),
+    "val_check_interval": (
+        lambda v: isinstance(v, float) or v >= 1,
+        "a positive number of training batches, or a fraction of the epoch in [0.0, 1.0]",
+    ),
+    "limit_test_batches": (lambda v: v != 0, "a positive number of batches or a fraction: fit ends with a test"),
+    "gradient_clip_val": (lambda v: v >= 0, "a non-negative number (0 or null: no clipping)"),
+    "num_sanity_val_steps": (lambda v: v >= -1, "-1 (all batches), 0 (no sanity check) or a number of batches"),
+    "min_epochs": (lambda v: v >= 0, "a non-negative integer"),
+    "min_steps": (lambda v: v >= 0, "a non-negative integer"),
+}
+
+
 class ProjectCLI(LightningCLI):
     """LightningCLI with the project's defaults and checks (``run=False``: the entry point calls the work).
 
@@ -195,8 +213,18 @@ class ProjectCLI(LightningCLI):
         if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
             # TensorBoard's graph is a torch.jit.trace, which cannot trace a torch.compile'd forward.
             logger.init_args.log_graph = False
+        if cfg.trainer.barebones:
+            raise ConfigError(
+                "trainer.barebones: true turns off self.log, the metrics fit reports (test acc, results.json) are "
+                "read from; for a quiet run use --trainer.enable_progress_bar false --trainer.enable_model_summary "
+                "false, and python -m project.bench to time raw training steps"
+            )
         if cfg.trainer.limit_train_batches == 0:
             raise ConfigError("trainer.limit_train_batches: 0 trains nothing; use a positive number of batches")
+        for key, (ok, allowed) in TRAINER_RANGES.items():
+            value = cfg.trainer.get(key)
+            if value is not None and not isinstance(value, bool) and not ok(value):
+                raise ConfigError(f"trainer.{key}: {value!r} is out of range; use {allowed}")
         cluster.prepare(cfg)  # under SLURM: a requeued job resumes its own run
         if cfg.ckpt_path is not None:
             from project import runs
@@ -370,8 +398,9 @@ def _exit_status(e: BaseException, parsing: bool) -> int | None:
         return 2
     if isinstance(e, UserError):
         return 1
-    # a plain ValueError: jsonargparse's type checks while parsing, Lightning's checks of settings while running
-    bad_config = "Does not validate" in str(e) if parsing else _raised_by_lightning(e)
+    # a plain ValueError: jsonargparse's type checks while parsing; Lightning's checks of settings while building
+    # the Trainer (e.g. barebones with a logger) or while running
+    bad_config = (parsing and "Does not validate" in str(e)) or _raised_by_lightning(e)
     return 2 if bad_config else None
 
 

@@ -125,6 +125,19 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(extra, expected, tiny_
     assert not logs.exists() or run_dirs(logs) == []
 
 
+def test_lightnings_value_errors_are_bad_config_while_building_too():
+    """A ValueError Lightning raises while the CLI builds the Trainer is a bad setting (exit 2, one line), not a
+    bug (traceback); a ValueError from anywhere else still is one."""
+    import lightning as L
+
+    from project.cli import _exit_status
+
+    with pytest.raises(ValueError, match="barebones") as info:
+        L.Trainer(barebones=True, logger=True)
+    assert _exit_status(info.value, parsing=True) == 2 and _exit_status(info.value, parsing=False) == 2
+    assert _exit_status(ValueError("ours"), parsing=True) is None and _exit_status(ValueError("x"), False) is None
+
+
 def test_bad_yaml_key_and_bad_checkpoint_file(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "typo.yaml").write_text("model:\n  lrr: 0.1\n")

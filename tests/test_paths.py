@@ -217,6 +217,16 @@ DEGENERATE = [
     (["--data.val_size", "600"], "data.val_size: 600 must be smaller than the 600 training images"),
     (["--data.batch_size", "600", "--trainer.benchmark", "true"], "give no training batch"),
     (["--trainer.val_check_interval", "100"], "val_check_interval"),
+    # Trainer values Lightning took unchecked (ZeroDivisionError, IndexError, or another key's name)
+    (["--trainer.val_check_interval", "0"], "trainer.val_check_interval: 0 is out of range"),
+    (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch: 0 is out of range"),
+    (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches: 0 is out of range"),
+    (["--trainer.accumulate_grad_batches", "-1"], "trainer.accumulate_grad_batches: -1 is out of range"),
+    (["--trainer.limit_test_batches", "0"], "trainer.limit_test_batches: 0 is out of range"),
+    (["--trainer.limit_test_batches", "0.0"], "trainer.limit_test_batches: 0.0 is out of range"),
+    (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val: -1"),
+    (["--trainer.num_sanity_val_steps", "-2"], "trainer.num_sanity_val_steps: -2 is out of range"),
+    (["--trainer.barebones", "true"], "trainer.barebones: true turns off self.log"),
 ]
 
 
