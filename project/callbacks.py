@@ -435,6 +435,11 @@ class RunCheckpoint(ModelCheckpoint):
         if trainer.state.fn == TrainerFn.FITTING and self._last_saved_step != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.fast_dev_run:  # Lightning 2.6 saves last.ckpt here even under fast_dev_run, which saves nothing
+            return
+        super().on_train_end(trainer, pl_module)
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
         if not self._should_save_on_train_epoch_end(trainer):

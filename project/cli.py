@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import re
+import signal
 import sys
 import typing
 import warnings
@@ -25,6 +26,7 @@ import torch
 from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from project import cluster
 from project.callbacks import (
@@ -219,8 +221,14 @@ class ProjectCLI(LightningCLI):
                 "read from; for a quiet run use --trainer.enable_progress_bar false --trainer.enable_model_summary "
                 "false, and python -m project.bench to time raw training steps"
             )
-        if cfg.trainer.limit_train_batches == 0:
-            raise ConfigError("trainer.limit_train_batches: 0 trains nothing; use a positive number of batches")
+        for key in ("limit_train_batches", "max_epochs", "max_steps"):
+            if cfg.trainer.get(key) == 0:
+                raise ConfigError(f"trainer.{key}: 0 trains nothing; use a positive number")
+        if cfg.ckpt_path is not None and cfg.trainer.enable_checkpointing is False:
+            raise ConfigError(
+                "trainer.enable_checkpointing: false with ckpt_path: the resumed run would keep its old checkpoints "
+                "beside newer results; resume with checkpointing on"
+            )
         for key, (ok, allowed) in TRAINER_RANGES.items():
             value = cfg.trainer.get(key)
             if value is not None and not isinstance(value, bool) and not ok(value):
@@ -352,6 +360,9 @@ def setup_logging() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
 
 
+SIGTERM_STATUS = 128 + signal.SIGTERM  # 143
+
+
 def exit_with(main: Callable[[], int]) -> NoReturn:
     """``sys.exit(main())`` for the process of a ``python -m project.<command>``, without Python's slow exit.
 
@@ -360,10 +371,18 @@ def exit_with(main: Callable[[], int]) -> NoReturn:
     objects alive at that moment (the imported modules, mostly) out of the collector's reach, here before and
     after the work; the exit then took 0.5 s, and the collections during training found less to scan. Nothing
     is skipped: finalizers, ``atexit`` handlers and logger flushes still run.
+
+    A run stopped by SIGTERM (:data:`SIGTERM_STATUS` from :func:`run_main`) ends by SIGTERM again, as a shell
+    command does, so that SLURM, a container runtime or ``project.sweep`` sees a killed process, not a success.
     """
     gc.freeze()
     status = main()
     gc.freeze()
+    if status == SIGTERM_STATUS:  # stopped by SIGTERM: end by it too, so that a parent (a scheduler) sees a kill
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
     sys.exit(status)
 
 
@@ -372,13 +391,18 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
 
     Returns:
         0 on success, 2 for a bad config (parse errors, :class:`ConfigError`, Lightning's
-        ``MisconfigurationException``), 1 for bad data or a failed run (:class:`UserError`).
+        ``MisconfigurationException``), 1 for bad data or a failed run (:class:`UserError`),
+        :data:`SIGTERM_STATUS` (143, as a shell reports a SIGTERM) when a SIGTERM stopped the run.
     """
     setup_logging()
     cli = None
     try:
         cli = make_cli()
         work(cli)
+    except SIGTERMException:  # Lightning's loops raise it (a SystemExit without a code) after a SIGTERM
+        print("error: stopped by SIGTERM; a run folder that holds a checkpoint is kept: resume it with --ckpt_path "
+              "last (or the folder)", file=sys.stderr)  # fmt: skip
+        return SIGTERM_STATUS
     except (ArgumentError, ValueError, MisconfigurationException, UserError) as e:
         parsing = cli is None
         status = _exit_status(e, parsing)

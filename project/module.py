@@ -9,6 +9,7 @@ instead of averaging per-batch accuracies. The optimizer and LR scheduler are in
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, Literal
 
 import lightning as L
@@ -244,6 +245,14 @@ class ImageClassifier(L.LightningModule):
         cls = next((a for a in getattr(self.lr_scheduler, "args", ()) if isinstance(a, type)), self.lr_scheduler)
         params = inspect.signature(cls).parameters
         sized = False
+        needs_length = ("total_steps" in params and given.get("total_steps") is None) or (
+            "T_max" in params and not given.get("T_max")
+        )
+        if needs_length and not math.isfinite(self.trainer.estimated_stepping_batches):
+            raise ConfigError(
+                f"model.lr_scheduler: {cls.__name__} is sized by the run's length, but trainer.max_epochs -1 "
+                "without trainer.max_steps trains forever; set one of them, or the scheduler's own length"
+            )
         if "total_steps" in params and given.get("total_steps") is None:
             kwargs["total_steps"], sized = int(self.trainer.estimated_stepping_batches), True
         elif "T_max" in params and not given.get("T_max"):

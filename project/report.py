@@ -142,7 +142,8 @@ class TensorBoardLogger(_TensorBoardLogger):
         """Lightning's GRAPHS-tab graph, which TensorBoard's writer builds with ``torch.jit.trace``: torch >= 2.10
         deprecates that (two FutureWarnings on every run) and offers no replacement the writer can use yet; the
         trace also reads every property of every torchmetrics metric, deprecated ones included (one
-        DeprecationWarning each). Both are filtered here, around this call only."""
+        DeprecationWarning each). Both are filtered here, around this call only. The example input is cast by the
+        Trainer's precision plugin, as every batch is (a ``*-true`` precision's net holds bf16, fp16 or fp64)."""
         with warnings.catch_warnings():
             warnings.filterwarnings(
                 "ignore", message=r"`torch\.jit\.trace(_method)?` is deprecated", category=FutureWarning
@@ -150,6 +151,12 @@ class TensorBoardLogger(_TensorBoardLogger):
             warnings.filterwarnings(
                 "ignore", message=r"This property will be removed in 2\.0\.0", category=DeprecationWarning
             )
+            if input_array is None:
+                input_array = getattr(model, "example_input_array", None)
+            trainer = getattr(model, "_trainer", None)
+            if input_array is not None and trainer is not None:
+                # the precision plugin's own input cast, as for a batch: a *-true run's net is bf16/fp16/fp64
+                input_array = trainer.precision_plugin.convert_input(input_array)
             super().log_graph(model, input_array)
 
 

@@ -74,3 +74,13 @@ class SleepAtEpoch(Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if trainer.current_epoch == 1 and os.environ.get("SWEEP_TEST_SLEEP"):
             time.sleep(600)
+
+
+class Sigterm(Callback):
+    """Sends SIGTERM to its own process at training step ``SIGTERM_AT`` (a scheduler's or ``docker stop``'s
+    kill); inactive unless ``SIGTERM_AT`` is set."""
+
+    def on_train_batch_end(self, trainer, *args, **kwargs):
+        at = os.environ.get("SIGTERM_AT")
+        if at is not None and trainer.global_step == int(at):
+            os.kill(os.getpid(), signal.SIGTERM)

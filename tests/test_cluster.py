@@ -129,3 +129,22 @@ def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_pat
     lines = log.read_text().splitlines()
     assert lines[0] == "srun-started" and sorted(lines[1:]) == ["scontrol requeue 77", "srun-got-USR1"]
     assert "preemption signal" in out
+
+
+def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
+    """``docker stop``, ``scancel`` and Kubernetes send SIGTERM: fit stops at the next step with one line, keeps
+    the run folder with its checkpoint, and ends by SIGTERM itself (exit 143 in a shell), not with status 0."""
+    args = [
+        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
+        "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
+        "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3",
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.Sigterm",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}", SIGTERM_AT="15")
+    proc = fit(args, tmp_path, env)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "stopped by SIGTERM" in errors[0], proc.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "logs")
+    assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "results.json").exists()

@@ -37,6 +37,8 @@ def files_and_bytes(run) -> dict:
 SWITCHES = {
     "bf16-mixed": (["--trainer.precision", "bf16-mixed"], {"precision": "bf16-mixed"}),
     "16-mixed": (["--trainer.precision", "16-mixed"], {"requested_precision": "16-mixed"}),
+    "bf16-true": (["--trainer.precision", "bf16-true"], {"precision": "bf16-true"}),  # the graph's input cast
+    "64-true": (["--trainer.precision", "64-true"], {"precision": "64-true"}),
     "amp overlay": (["--config", str(REPO / "configs/amp.yaml")], {"requested_precision": "16-mixed"}),
     "benchmark": (["--trainer.benchmark", "true"], {"cudnn_benchmark": True}),
     "deterministic": (["--trainer.deterministic", "true"], {"deterministic": True}),
@@ -89,6 +91,7 @@ def test_fast_dev_run_runs_one_batch_and_writes_no_run(tiny_mnist, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.fast_dev_run", "true")) == 0
     assert run_dirs(tmp_path / "logs") == []  # Lightning's fast_dev_run logs and checkpoints nothing
+    assert not (tmp_path / "checkpoints").exists()  # Lightning 2.6's on_train_end saved last.ckpt here
     assert "test acc" in capsys.readouterr().out
 
 
@@ -227,6 +230,10 @@ DEGENERATE = [
     (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val: -1"),
     (["--trainer.num_sanity_val_steps", "-2"], "trainer.num_sanity_val_steps: -2 is out of range"),
     (["--trainer.barebones", "true"], "trainer.barebones: true turns off self.log"),
+    (["--trainer.max_epochs", "0"], "trainer.max_epochs: 0 trains nothing"),
+    (["--trainer.max_steps", "0"], "trainer.max_steps: 0 trains nothing"),
+    (["--trainer.max_epochs", "-1", *ONECYCLE], "OneCycleLR is sized by the run's length"),
+    (["--ckpt_path", "last", "--trainer.enable_checkpointing", "false"], "trainer.enable_checkpointing: false with"),
 ]
 
 
