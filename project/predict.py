@@ -25,7 +25,7 @@ import torch
 from project import runs
 from project.cli import ProjectCLI, cli_for_run, exit_with, run_main
 from project.data.images import IMAGE_SUFFIXES, MAX_PIXELS, image_files, load_image  # noqa: F401  (public here too)
-from project.errors import ArgumentParser, UserError
+from project.errors import ArgumentParser, ConfigError, UserError
 from project.evaluate import load_weights
 
 
@@ -42,9 +42,13 @@ def predict(job: Job) -> list[dict[str, Any]]:
     ``predict_dataloader``); write the CSV; return its rows.
 
     Raises:
+        ConfigError: ``trainer.limit_predict_batches`` is set (it would leave inputs out); nothing is written.
         UserError: some inputs could not be read (after the others were classified and written; exit 1).
     """
     model, data = job.cli.model, job.cli.datamodule
+    limit = job.cli.trainer.limit_predict_batches
+    if not (limit is None or (isinstance(limit, float) and limit == 1.0)):  # 0 crashed; others dropped images
+        raise ConfigError(f"trainer.limit_predict_batches: {limit!r}; predict classifies every input, leave it unset")
     images = data.predict_on(job.inputs)
     for _, reason in images.refused:
         print(f"error: {reason}", file=sys.stderr)

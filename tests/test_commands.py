@@ -104,6 +104,20 @@ def test_a_command_process_ends_through_exit_with():
     assert all(int(r[2]) > 100_000 for r in rows), rows  # torch and Lightning alone hold far more objects
 
 
+@pytest.mark.parametrize("limit", ["0", "1"])
+def test_predict_refuses_a_batch_limit_that_would_leave_inputs_out(limit, trained, tmp_path, capsys):
+    """limit_predict_batches 0 crashed and 1 classified one batch of three images without a word."""
+    images = []
+    for i in range(3):
+        images.append(tmp_path / f"x{i}.png")
+        Image.new("L", (28, 28)).save(images[-1])
+    out = tmp_path / "p.csv"
+    args = [str(trained), *map(str, images), "--out", str(out), "--data.batch_size", "1"]
+    assert predict.main([*args, "--trainer.limit_predict_batches", limit]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert len(err) == 1 and "trainer.limit_predict_batches" in err[0] and not out.exists(), err
+
+
 def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path, capsys):
     evil, marker = trained / "checkpoints" / "evil.ckpt", tmp_path / "pwned"
     subprocess.run([sys.executable, "-c", EVIL, str(evil), str(marker)], check=True)
