@@ -244,22 +244,22 @@ class ImageClassifier(L.LightningModule):
         # jsonargparse's callable is partial(instantiator, class, **init_args); look at the class itself.
         cls = next((a for a in getattr(self.lr_scheduler, "args", ()) if isinstance(a, type)), self.lr_scheduler)
         params = inspect.signature(cls).parameters
-        sized = False
-        needs_length = ("total_steps" in params and given.get("total_steps") is None) or (
-            "T_max" in params and not given.get("T_max")
-        )
-        if needs_length and not math.isfinite(self.trainer.estimated_stepping_batches):
-            raise ConfigError(
-                f"model.lr_scheduler: {cls.__name__} is sized by the run's length, but trainer.max_epochs -1 "
-                "without trainer.max_steps trains forever; set one of them, or the scheduler's own length"
-            )
+        length_key = None  # the scheduler's length argument that the run's length fills in, if not given
         if "total_steps" in params and given.get("total_steps") is None:
-            kwargs["total_steps"], sized = int(self.trainer.estimated_stepping_batches), True
+            length_key = "total_steps"
         elif "T_max" in params and not given.get("T_max"):
-            kwargs["T_max"], sized = int(self.trainer.estimated_stepping_batches), True
+            length_key = "T_max"
+        if length_key is not None:
+            steps = self.trainer.estimated_stepping_batches
+            if not math.isfinite(steps):
+                raise ConfigError(
+                    f"model.lr_scheduler: {cls.__name__} is sized by the run's length, but trainer.max_epochs -1 "
+                    "without trainer.max_steps trains forever; set one of them, or the scheduler's own length"
+                )
+            kwargs[length_key] = int(steps)
         try:
             sched = self.lr_scheduler(opt, **kwargs)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"model.lr_scheduler: {e}") from None
-        interval = self.hparams.lr_scheduler_interval or ("step" if sized else "epoch")
+        interval = self.hparams.lr_scheduler_interval or ("step" if length_key else "epoch")
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": interval}}
