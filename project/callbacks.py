@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
 
+import fsspec
 import lightning as L
 import torch
+from fsspec.implementations.local import LocalFileSystem
 from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ModelPruning, ThroughputMonitor
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -25,7 +28,8 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import nn
 from torch.nn.utils import prune
 
-from project.errors import require
+from project import runs
+from project.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
 
@@ -372,30 +376,50 @@ class Throughput(ThroughputMonitor):
 
 
 class LocalAtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``TorchCheckpointIO``; on a local path, written to a temporary file in the same folder and
-    renamed into place.
+    """Lightning's ``TorchCheckpointIO``; on a local path, written atomically and never through a link, and
+    removed only as a single regular file.
 
     Lightning writes through an fsspec transaction, whose local temporary file lives in the system temp
     folder: when that is another filesystem (a container's ``/tmp`` vs a mounted ``logs/`` volume) the final
-    move is a copy, and a run killed during it leaves a truncated checkpoint. URLs (``s3://``, ``memory://``,
-    ...) go through Lightning's own path unchanged.
+    move is a copy, and a run killed during it leaves a truncated checkpoint. Here the checkpoint goes to a new
+    temporary file created exclusively in the same folder, then is renamed into place (see
+    :func:`project.runs.write_bytes`). Lightning removes an old checkpoint with ``fs.rm(recursive=True)``: here
+    only a regular file or a link itself is unlinked; a folder is never removed. URLs (``s3://``,
+    ``memory://``, ...) go through Lightning's own path unchanged; ``file://`` URLs are local paths.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        if "://" in str(path) and not str(path).startswith("file://"):
+        local = local_path(path)
+        if local is None:
             return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(str(path).removeprefix("file://"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
         try:
-            with open(tmp, "wb") as f:
+            with os.fdopen(fd, "wb") as f:
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, local)
         finally:
             with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+                os.unlink(tmp)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        local = local_path(path)
+        if local is None:
+            return super().remove_checkpoint(path)
+        if local.is_symlink() or local.is_file():
+            local.unlink()
+        elif local.exists():
+            log.warning("not removing %s: a checkpoint is a file, this is not", local)
+
+
+def local_path(path: Any) -> Path | None:
+    """The local file a checkpoint path or fsspec URL names (``file://``, ``local://`` included), or ``None``
+    for a remote one (``s3://``, ``memory://``, ...): fsspec's own URL parsing."""
+    fs, stripped = fsspec.core.url_to_fs(str(path))
+    return Path(stripped) if isinstance(fs, LocalFileSystem) else None
 
 
 class StepLearningRateMonitor(LearningRateMonitor):
@@ -424,6 +448,34 @@ class RunCheckpoint(ModelCheckpoint):
     """
 
     _last_saved_step: int | None = None
+
+    def __init__(self, dirpath: str | Path | None = None, **kwargs: Any) -> None:
+        if dirpath is not None and "://" in str(dirpath) and local_path(dirpath) is not None:
+            # Lightning realpath()s a local dirpath as text: file:///x became ./file:/x in the working directory
+            dirpath = str(local_path(dirpath))
+        super().__init__(dirpath=dirpath, **kwargs)
+        if self.save_last == "link":
+            raise ConfigError(
+                "checkpoint.save_last: 'link' makes last.ckpt a link to another checkpoint, which may be an older "
+                "epoch than the last one; use true (last.ckpt then always holds the newest state)"
+            )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Lightning's restore, with every path from the checkpoint treated as data: one that is not a file
+        directly inside this callback's ``dirpath`` (``..``, links, other folders) is dropped, so it can never
+        be chosen for removal or overwriting. A crafted checkpoint then costs at most a forgotten best score."""
+        state = dict(state_dict)
+        for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+            if key in state and not runs.inside(self.dirpath, state[key]):
+                state[key] = ""
+        models = state.get("best_k_models")
+        if isinstance(models, dict):
+            state["best_k_models"] = {k: v for k, v in models.items() if runs.inside(self.dirpath, k)}
+        elif "best_k_models" in state:
+            state["best_k_models"] = {}
+        if not state.get("best_model_path"):
+            state["best_model_score"] = None
+        super().load_state_dict(state)
 
     def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
         super()._save_last_checkpoint(trainer, monitor_candidates)

@@ -58,23 +58,33 @@ is Lightning's Trainer argument of the same name (full list below)."""
 
 
 class RunConfig(SaveConfigCallback):
-    """Lightning's ``SaveConfigCallback``, keeping every config a run folder ran with.
+    """Lightning's ``SaveConfigCallback``, keeping every config a run folder ran with, written atomically.
 
     A new run writes ``config.yaml``; each resume into the same folder adds ``config-resume-<k>.yaml``
-    (k = 1, 2, ...), so the original config is never rewritten. Without a logger there is no run folder and
-    nothing is written (Lightning's callback would write ``config.yaml`` into the working directory).
+    (k = 1, 2, ...), so the original config is never rewritten. Each file is written whole or not at all
+    (:func:`project.runs.write_text`: a process killed midway leaves no empty ``config.yaml``), never through a
+    link. Without a logger there is no run folder and nothing is written (Lightning's callback would write
+    ``config.yaml`` into the working directory). Uses Lightning's documented ``save_to_log_dir=False`` +
+    ``save_config`` hook (rank 0 only).
     """
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if not trainer.loggers:  # no run folder (evaluate, predict, export, --trainer.logger false): nothing to keep
-            return None
-        if self.already_saved or trainer.log_dir is None:
-            return super().setup(trainer, pl_module, stage)
-        log_dir = Path(trainer.log_dir)
-        if (log_dir / "config.yaml").exists():
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["save_to_log_dir"] = False
+        super().__init__(*args, **kwargs)
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        logger = trainer.logger
+        if logger is None or logger.log_dir is None or trainer.fast_dev_run:
+            return  # no run folder (evaluate, predict, export, --trainer.logger false): nothing to keep
+        from project import runs
+
+        log_dir = Path(logger.log_dir)  # rank 0's own logger: trainer.log_dir would broadcast from rank 0 alone
+        log_dir.mkdir(parents=True, exist_ok=True)
+        name = self.config_filename
+        if runs.holds_run(log_dir):
             k = len(list(log_dir.glob("config-resume-*.yaml"))) + 1
-            self.config_filename = f"config-resume-{k}.yaml"
-        return super().setup(trainer, pl_module, stage)
+            name = f"config-resume-{k}.yaml"
+        runs.write_text(log_dir / name, self.parser.dump(self.config, skip_none=False))
 
 
 # Lightning 2.6's own pytree helper (lightning/pytorch/utilities/_pytree.py) builds torch's deprecated
@@ -234,12 +244,52 @@ class ProjectCLI(LightningCLI):
             if value is not None and not isinstance(value, bool) and not ok(value):
                 raise ConfigError(f"trainer.{key}: {value!r} is out of range; use {allowed}")
         cluster.prepare(cfg)  # under SLURM: a requeued job resumes its own run
-        if cfg.ckpt_path is not None:
-            from project import runs
+        from project import runs
 
-            cfg.ckpt_path = str(runs.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger))
+        data_args = getattr(cfg.data, "init_args", None)
+        if data_args is not None and data_args.get("data_dir") is not None:
+            runs.check_folder(data_args.data_dir, "data.data_dir", write=False)
+        if cfg.ckpt_path is not None:
+            cfg.ckpt_path = str(runs.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
             runs.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
             runs.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
+        self.claim_run_folder()
+
+    def claim_run_folder(self) -> None:
+        """Claim this run's folder before the Trainer exists (global rank 0 only), and point the logger at it.
+
+        A new run gets a fresh ``version_N`` from :func:`project.runs.claim_run` (atomic: concurrent starts
+        never share one); a resume in place uses its run's folder, refused if it holds a symbolic link; an
+        explicit ``trainer.logger.init_args.version`` that already holds a run is refused. Other ranks read the
+        folder from rank 0 (Lightning broadcasts ``trainer.log_dir``), so they claim nothing.
+
+        Raises:
+            ConfigError: the folder cannot be created or written, or holds a run / a link.
+        """
+        from project import runs
+
+        cfg = self.config
+        experiment = runs._logger_dir(cfg.trainer.logger)
+        if experiment is None or cfg.trainer.fast_dev_run or not cluster.is_global_rank_zero():
+            return
+        args = cfg.trainer.logger.init_args
+        if "://" in str(experiment):
+            runs.check_folder(experiment, "trainer.logger.init_args.save_dir")
+            return
+        if cfg.ckpt_path is not None and args.version is not None:
+            run = experiment / f"version_{args.version}"
+            if run.is_dir() and runs.holds_run(run):
+                runs.check_no_links(run)
+                return
+        version = args.version
+        if version is not None and not isinstance(version, int):
+            version = int(str(version).removeprefix("version_")) if str(version).removeprefix("version_").isdigit() \
+                else None
+            if version is None:
+                raise ConfigError(
+                    f"trainer.logger.init_args.version: {args.version!r}: give a number N (the run folder version_N)"
+                )
+        args.version = runs.version_of(runs.claim_run(experiment, version))
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
         # Lightning refuses ``enable_checkpointing=False`` next to a ModelCheckpoint, and the run's RunCheckpoint
@@ -396,6 +446,8 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
     """
     setup_logging()
     cli = None
+    from project import runs
+
     try:
         cli = make_cli()
         work(cli)
@@ -413,6 +465,8 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
         else:
             print(f"error: {_one_line(e)}", file=sys.stderr)
         return status
+    finally:
+        runs.release_claimed()  # a run folder claimed for a command that failed before writing into it
     return 0
 
 

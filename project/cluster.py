@@ -118,3 +118,14 @@ def record_start(run: Path) -> None:
          "nodes": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")}  # fmt: skip
     )
     runs.write_json(path, data)
+
+
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "JSM_NAMESPACE_RANK")
+
+
+def is_global_rank_zero() -> bool:
+    """Whether this process is (or will be) the run's global rank 0, read from the launcher's environment
+    before any process group exists: torchrun (``RANK``, ``GROUP_RANK``), SLURM's ``srun`` (``SLURM_PROCID``),
+    Lightning's own launcher (``LOCAL_RANK``, ``NODE_RANK``), LSF (``JSM_NAMESPACE_RANK``). A variable set to
+    anything but 0 means another rank."""
+    return all(os.environ.get(name, "0") in ("", "0") for name in RANK_VARIABLES)

@@ -84,8 +84,15 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
         )
     sized = [s for s in ckpt.get("lr_schedulers", []) if s.get("total_steps") or s.get("T_max")]
     run = runs.run_of_checkpoint(Path(ckpt_path))
+    before: Any = None
     if sized and run is not None and runs.latest_config(run).is_file():
-        before = yaml.safe_load(runs.latest_config(run).read_text()) or {}
+        try:
+            before = yaml.safe_load(runs.latest_config(run).read_text())
+        except yaml.YAMLError:
+            before = None
+        if not isinstance(before, dict) or not before:
+            log.warning("%s is empty or unreadable; the schedule's settings are not compared", runs.latest_config(run))
+    if isinstance(before, dict) and before:
         now = cli.config.as_dict()
         changed = [(k, _get(before, k), _get(now, k)) for k in SCHEDULE_KEYS if _get(before, k) != _get(now, k)]
         if changed:

@@ -10,19 +10,34 @@
     slurm_job.json               the SLURM job that runs this folder, one entry per (re)start
     results.json                 written once the run has finished (atomically)
 
+A new run's folder is **claimed** by :func:`claim_run` with an exclusive ``mkdir`` before the Trainer is built
+(rank 0 only); Lightning's logger and checkpoint callback then write into that folder. Any number of processes,
+on one machine or on shared storage whose ``mkdir`` is atomic (local disks, NFS, Lustre, GPFS), get one folder
+each; a folder that holds a run (its ``config.yaml``) is never taken as a fresh run.
+
+Everything the product writes into a run folder goes through :func:`write_bytes` (a new temporary file created
+exclusively in the same folder, fsync, atomic rename): a file is either its old or its new content, never
+half-written, and a link planted at a file's or a temporary file's name is replaced, never followed. A run
+folder holding a symbolic link is refused for writing (:func:`check_no_links`).
+
 Checkpoints are read with PyTorch's safe unpickler (``torch.load(weights_only=True)``): a file that
-needs more (a pickle that could run code) is refused unless the caller trusts it explicitly.
+needs more (a pickle that could run code) is refused unless the caller trusts it explicitly. Paths stored
+inside a checkpoint are data: :func:`inside` decides whether one may be touched (see ``RunCheckpoint``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from project.errors import ConfigError
 
@@ -84,6 +99,156 @@ def checkpoint_of(run: Path, which: str = "last") -> Path:
     raise ConfigError(f"{run} holds no {which} checkpoint (looked in {folder})")
 
 
+CONFIG = "config.yaml"
+# Run folders this process claimed and may still release (empty) when the command fails before using them.
+_claimed: list[Path] = []
+
+
+def holds_run(run: Path) -> bool:
+    """Whether ``run`` already holds a run (its ``config.yaml``, written when training starts)."""
+    return (run / CONFIG).exists() or (run / CONFIG).is_symlink()
+
+
+def check_folder(path: str | Path, key: str, write: bool = True) -> None:
+    """Refuse, before any work, a folder the command must create (or, with ``write``, write into) but cannot.
+
+    The nearest existing ancestor of ``path`` must be a folder this process may write into; a missing ``path``
+    is created and removed again to be sure (read-only mounts, ``/proc`` and root's permissions are not told
+    by the mode bits). An existing folder without ``write`` is accepted as it is (read-only data is fine).
+
+    Raises:
+        ConfigError: ``key``: ``path`` is a file, lies under a file, or is not writable, naming the fix.
+    """
+    if "://" in str(path):
+        return  # a remote filesystem: its own client reports access errors
+    path = Path(path).expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{key}: {path} cannot be a folder: {existing} is a file; choose another folder")
+    if existing == path and not write:
+        return
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == path else f"cannot be created ({existing} is not writable)"
+        raise ConfigError(f"{key}: {path} {what} by this user; choose a folder you can write to, or fix its owner")
+    if existing != path:  # permissions do not tell everything (root, read-only mounts, /proc): try, then undo
+        try:
+            path.mkdir(parents=True)
+        except OSError as e:
+            raise ConfigError(f"{key}: {path} cannot be created ({e.strerror}); choose another folder") from None
+        while path != existing:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            path = path.parent
+
+
+def claim_run(experiment: str | Path, version: int | None = None) -> Path:
+    """Create and return a new run folder ``experiment/version_N``, atomically.
+
+    ``N`` is one more than the highest version present (or ``version`` when given). The folder is made with
+    ``os.mkdir``, which fails when the name exists: two processes never get the same folder, whatever the
+    timing; a loser moves on to the next number. With an explicit ``version``, a folder that exists and holds
+    a run is refused; an existing folder without a run (a sweep trial's folder, prepared by the sweep) is taken.
+
+    Raises:
+        ConfigError: the experiment folder cannot be created or written (naming it), or ``version`` holds a run.
+    """
+    experiment = Path(experiment)
+    check_folder(experiment, "trainer.logger.init_args.save_dir")
+    try:
+        experiment.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {experiment} ({e.strerror})") from None
+    if version is not None:
+        run = experiment / f"version_{version}"
+        try:
+            run.mkdir()
+        except FileExistsError:
+            if run.is_symlink() or not run.is_dir() or holds_run(run):
+                raise ConfigError(
+                    f"trainer.logger.init_args.version: {run} already holds a run; continue it with --ckpt_path "
+                    f"{run}, or leave the version unset for a new folder"
+                ) from None
+            check_no_links(run)
+            return run
+        except OSError as e:
+            raise ConfigError(f"trainer.logger.init_args.version: cannot create {run} ({e.strerror})") from None
+        _claimed.append(run)
+        return run
+    taken = [version_of(p) for p in experiment.iterdir()] if experiment.is_dir() else []
+    n = max((v for v in taken if v is not None), default=-1) + 1
+    for _ in range(10_000):
+        run = experiment / f"version_{n}"
+        try:
+            run.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise ConfigError(f"trainer.logger.init_args.save_dir: {experiment}: the disk is full") from None
+            raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {run} ({e.strerror})") from None
+        _claimed.append(run)
+        return run
+    raise ConfigError(f"trainer.logger.init_args.save_dir: no free version_N under {experiment}")
+
+
+def release_claimed() -> None:
+    """Remove the run folders this process claimed that are still empty (the command failed before using
+    them). A folder with anything in it is kept; nothing is removed recursively."""
+    while _claimed:
+        with contextlib.suppress(OSError):
+            _claimed.pop().rmdir()
+
+
+def forget_claimed() -> None:
+    """The claimed folders are in use now (training started): :func:`release_claimed` leaves them alone."""
+    _claimed.clear()
+
+
+def check_no_links(run: Path) -> None:
+    """Refuse a run folder to write into when it (or its ``checkpoints/``) holds a symbolic link.
+
+    Lightning's logger and checkpoint callback open some files by name (``hparams.yaml``, event files,
+    checkpoints through fsspec): a planted link would lead those writes outside the run.
+
+    Raises:
+        ConfigError: naming the link.
+    """
+    for folder in (run, run / "checkpoints"):
+        if folder.is_symlink():
+            raise ConfigError(f"{folder} is a symbolic link; a run folder is written only in place: replace it")
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry.is_symlink():
+                raise ConfigError(
+                    f"{entry} is a symbolic link; files of a run folder are never written through links: remove it"
+                )
+
+
+def inside(folder: str | Path, path: Any) -> bool:
+    """Whether ``path`` (e.g. read from a checkpoint's state) names a regular file directly inside ``folder``.
+
+    Lexical and on disk: ``..`` components, links (the file or any folder on the way) and other folders are
+    all refused, so a path taken from a file can never lead a write or a delete elsewhere.
+    """
+    if not isinstance(path, str | os.PathLike) or not str(path) or not folder:
+        return False
+    if "://" in str(folder):  # a remote filesystem: lexical only
+        rest = str(path).removeprefix(str(folder).rstrip("/") + "/")
+        return rest != str(path) and "/" not in rest and rest not in ("", ".", "..")
+    folder, path = Path(folder), Path(path)
+    if ".." in path.parts or path.parent != folder:
+        return False
+    try:
+        real_folder = folder.resolve(strict=True)
+    except OSError:
+        return False
+    return not path.is_symlink() and path.resolve().parent == real_folder
+
+
 def _logger_dir(logger: Any) -> Path | None:
     """``save_dir/name`` of a TensorBoardLogger config (a jsonargparse Namespace or dict), else ``None``."""
     if logger is None or logger is False or "TensorBoardLogger" not in str(getattr(logger, "class_path", "")):
@@ -92,12 +257,41 @@ def _logger_dir(logger: Any) -> Path | None:
     return Path(args.save_dir, args.name or "")
 
 
-def resolve_ckpt_path(spec: str, logger: Any) -> Path:
+def kind_of(config: Any) -> dict[str, Any]:
+    """What makes runs of one experiment folder the same kind of run: the net, the data module and the
+    callbacks (pruning, structured pruning, ...) by class. Overlays such as ``configs/pruning.yaml`` keep the
+    experiment's folder name, so ``--ckpt_path last`` compares this to pick the command's own runs."""
+    def get(tree: Any, *keys: str) -> Any:
+        for key in keys:
+            tree = tree.get(key) if isinstance(tree, dict) else None
+        return tree
+
+    callbacks = get(config, "trainer", "callbacks") or []
+    callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+    data = get(config, "data")
+    return {
+        "net": get(config, "model", "net"),
+        "data": data.get("class_path") if isinstance(data, dict) else data,
+        "callbacks": sorted(str(c.get("class_path")) if isinstance(c, dict) else str(c) for c in callbacks),
+    }
+
+
+def _run_kind(run: Path) -> dict[str, Any] | None:
+    try:
+        config = yaml.safe_load(latest_config(run).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return kind_of(config) if isinstance(config, dict) else None
+
+
+def resolve_ckpt_path(spec: str, logger: Any, config: Any = None) -> Path:
     """Turn ``--ckpt_path`` into a checkpoint file.
 
-    ``last`` / ``best``: that checkpoint of the newest run of this experiment (``save_dir/name``);
-    a run folder: its ``last.ckpt``; a file: itself. Lightning's own ``"last"`` looks only in the new,
-    empty run folder.
+    ``last`` / ``best``: that checkpoint of the newest run of this experiment (``save_dir/name``) of the
+    command's own kind (:func:`kind_of` of ``config``, a plain dict: same net, data module and callback
+    classes), so a pruning run beside plain runs is picked only by a command with the pruning overlay; a run
+    folder: its ``last.ckpt``; a file: itself. Lightning's own ``"last"`` looks only in the new, empty run
+    folder.
 
     Raises:
         ConfigError: nothing to resume from, naming where it looked.
@@ -106,10 +300,20 @@ def resolve_ckpt_path(spec: str, logger: Any) -> Path:
         experiment = _logger_dir(logger)
         if experiment is None:
             raise ConfigError(f"ckpt_path: {spec!r} needs a TensorBoardLogger to find the experiment's runs")
-        runs = [r for r in runs_of(experiment) if (r / "checkpoints").is_dir()]
-        if not runs:
+        found = [r for r in runs_of(experiment) if (r / "checkpoints").is_dir()]
+        if not found:
             raise ConfigError(f"ckpt_path: {spec!r}: no run with checkpoints under {experiment}; train one first")
-        return checkpoint_of(runs[-1], spec)
+        if config is not None:
+            kind = kind_of(config)
+            mine = [r for r in found if _run_kind(r) == kind]
+            if not mine:
+                raise ConfigError(
+                    f"ckpt_path: {spec!r}: no run under {experiment} was trained like this command (net "
+                    f"{kind['net']}, data {kind['data']}, callbacks {kind['callbacks'] or 'none'}); the newest, "
+                    f"{found[-1].name}, had {_run_kind(found[-1])}: give its folder to --ckpt_path with its own configs"
+                )
+            found = mine
+        return checkpoint_of(found[-1], spec)
     path = Path(spec)
     if path.is_dir():
         return checkpoint_of(path, "last")
@@ -183,12 +387,43 @@ def read_results(run: Path) -> dict[str, Any]:
     return data
 
 
-def write_json(path: Path, data: dict[str, Any]) -> Path:
-    """Write ``data`` as JSON through a temporary file and an atomic rename; returns ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically, never through a link; returns ``path``.
+
+    The bytes go to a new temporary file that :func:`tempfile.mkstemp` creates exclusively (``O_EXCL``: a link
+    or file planted under any name is never opened) in the same folder, are flushed to disk, and the file is
+    renamed over ``path`` (``os.replace``, which replaces a link at ``path`` rather than following it). A reader
+    sees the old or the new file, never a half-written one, even when the process is killed midway.
+
+    Raises:
+        OSError: the folder is missing or unwritable, or the disk is full (the temporary file is removed).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team sharing logs/
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    return write_bytes(path, text.encode())
+
+
+def write_json(path: Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` as JSON atomically, never through a link (:func:`write_bytes`); returns ``path``."""
+    return write_text(path, json.dumps(data, indent=2) + "\n")
+
+
 
 
 def write_report(out: Path, data: dict[str, Any], table: str) -> None:
@@ -196,7 +431,7 @@ def write_report(out: Path, data: dict[str, Any], table: str) -> None:
     print the table and where both went. The benches' output."""
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, data)
-    out.with_suffix(".md").write_text(table)
+    write_text(out.with_suffix(".md"), table)
     print(table)
     print(f"wrote {out} and {out.with_suffix('.md')}")
 
