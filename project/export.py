@@ -26,6 +26,7 @@ import gzip
 import json
 import os
 import statistics
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -120,7 +121,11 @@ def export(job: Job) -> dict[str, Any]:
     model = job.cli.model.cpu().eval()
     x = test_batch(job.cli)
     job.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = job.out.with_name(f".{job.out.name}.{os.getpid()}.tmp{FORMATS[job.format]}")
+    # a name reserved exclusively (never a planted link); the exporter then writes our own empty file
+    fd, name = tempfile.mkstemp(dir=job.out.parent, prefix=f".{job.out.name}.", suffix=f".tmp{FORMATS[job.format]}")
+    os.close(fd)
+    os.chmod(name, 0o644)
+    tmp = Path(name)
     try:
         run_exported = export_file(model, job.format, x[:2], tmp)  # batch 1 would be specialised
         with torch.inference_mode():

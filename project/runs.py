@@ -156,8 +156,11 @@ def claim_run(experiment: str | Path, version: int | None = None) -> Path:
     """
     experiment = Path(experiment)
     check_folder(experiment, "trainer.logger.init_args.save_dir")
+    missing = [experiment, *experiment.parents]
+    missing = missing[: next(i for i, p in enumerate(missing) if p.exists())] if experiment.parents else []
     try:
         experiment.mkdir(parents=True, exist_ok=True)
+        _claimed.extend(reversed(missing))  # released (when empty) after the run folder, deepest first
     except OSError as e:
         raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {experiment} ({e.strerror})") from None
     if version is not None:
@@ -185,6 +188,9 @@ def claim_run(experiment: str | Path, version: int | None = None) -> Path:
         except FileExistsError:
             n += 1
             continue
+        except FileNotFoundError:  # another process's failed start removed the (then empty) experiment folder
+            experiment.mkdir(parents=True, exist_ok=True)
+            continue
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise ConfigError(f"trainer.logger.init_args.save_dir: {experiment}: the disk is full") from None
@@ -196,7 +202,8 @@ def claim_run(experiment: str | Path, version: int | None = None) -> Path:
 
 def release_claimed() -> None:
     """Remove the run folders this process claimed that are still empty (the command failed before using
-    them). A folder with anything in it is kept; nothing is removed recursively."""
+    them), and the parent folders it created for them. A folder with anything in it is kept; nothing is
+    removed recursively."""
     while _claimed:
         with contextlib.suppress(OSError):
             _claimed.pop().rmdir()
