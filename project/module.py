@@ -128,10 +128,66 @@ class ImageClassifier(L.LightningModule):
             return self._build(widths).widths()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Rebuild the net with the checkpoint's widths (``hyper_parameters.widths``) before its weights load."""
-        hparams = checkpoint.get("hyper_parameters") or {}
-        if "widths" in hparams:
+        """Rebuild the net with the checkpoint's widths (``hyper_parameters.widths``) before its weights load.
+
+        A checkpoint is data from elsewhere, and its widths a size read from it: they are checked against its
+        weights (:meth:`check_weights`) before a net of that shape is allocated, so loading takes no more memory
+        than the file's tensors honestly hold.
+
+        Raises:
+            ConfigError: the widths do not fit the net, or do not match the checkpoint's ``state_dict``.
+        """
+        hparams = checkpoint.get("hyper_parameters")
+        if isinstance(hparams, dict) and "widths" in hparams:
+            self.check_weights(hparams["widths"], checkpoint.get("state_dict"))
             self.set_widths(hparams["widths"])
+
+    def check_weights(self, widths: Any, state_dict: Any) -> None:
+        """Check, without allocating the net, that a checkpoint's weights are those of this net at ``widths``.
+
+        The net is built on the meta device (shapes, no storage); ``state_dict`` must hold exactly its parameter
+        names (``net.*``) and shapes, as tensors that hold their own bytes: a tensor viewing fewer bytes than its
+        size (e.g. ``torch.zeros(1).expand(10**6, 800)``, which a file stores as one number) is refused. So a
+        small file claiming large widths is refused before anything of that size is built.
+
+        Raises:
+            ConfigError: naming the first parameter that differs.
+        """
+        try:
+            with torch.device("meta"):
+                net = self._build(widths)
+        except (RuntimeError, OverflowError, MemoryError) as e:  # absurd widths overflow a size even on meta
+            raise ConfigError(f"hyper_parameters.widths {widths!r} do not give a net ({e})") from None
+        if not isinstance(state_dict, dict):
+            raise ConfigError("its state_dict is not a mapping of parameter names to tensors")
+        expected = {f"net.{k}": tuple(v.shape) for k, v in net.state_dict().items()}
+        got = {k: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith("net.")}
+        for key in sorted(expected.keys() | got.keys()):
+            tensor = got.get(key)
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else None
+            if shape != expected.get(key):
+                held = "missing" if key not in got else "x".join(map(str, shape)) if shape is not None else "no tensor"
+                want = "x".join(map(str, expected[key])) if key in expected else "no such parameter"
+                raise ConfigError(
+                    f"hyper_parameters.widths {widths!r} do not match its weights ({key}: {held} in the file, "
+                    f"{want} by the widths); the checkpoint is inconsistent, not loaded"
+                )
+        needed, held_bytes = 0, {}
+        for key, tensor in got.items():
+            storage = tensor.untyped_storage()
+            size = tensor.numel() * tensor.element_size()
+            if size > storage.nbytes():
+                raise ConfigError(
+                    f"{key} claims {size} bytes but the file holds {storage.nbytes()} for it; the checkpoint is "
+                    "inconsistent, not loaded"
+                )
+            needed += size
+            held_bytes[storage.data_ptr()] = max(held_bytes.get(storage.data_ptr(), 0), storage.nbytes())
+        if needed > sum(held_bytes.values()):
+            raise ConfigError(
+                f"its weights claim {needed} bytes but share {sum(held_bytes.values())} bytes of storage; the "
+                "checkpoint is inconsistent, not loaded"
+            )
 
     def configure_model(self) -> None:
         if self.hparams.compile and not getattr(self, "_compiled", False):
