@@ -79,6 +79,21 @@ def tiny_mnist(tmp_path, monkeypatch):
     return make_tiny_mnist(tmp_path / "mnist", monkeypatch)
 
 
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> Path:
+    """A finished 2-epoch LeNet run on :func:`make_tiny_mnist` data, shared by the session (read it, don't change
+    it); the md5 and size tables are patched only while it trains. Returns its run folder."""
+    from helpers import run_dirs, run_main, tiny_args
+
+    root = tmp_path_factory.mktemp("trained_run")
+    with pytest.MonkeyPatch.context() as mp:
+        paths = make_tiny_mnist(root / "mnist", mp)
+        mp.chdir(root)
+        assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2")) == 0
+    (run,) = run_dirs(root / "logs")
+    return run
+
+
 @pytest.fixture
 def tiny_cifar(tmp_path, monkeypatch):
     """Write a CIFAR-10 python archive (5 x 100 train / 100 test images) into ``source/``; patch md5s."""

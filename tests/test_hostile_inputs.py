@@ -18,7 +18,6 @@ import zipfile
 
 import pytest
 import torch
-from conftest import make_tiny_mnist
 from helpers import REPO, run_dirs, run_main, tiny_args
 from PIL import Image
 
@@ -27,18 +26,6 @@ from project.data import CIFAR10DataModule, MNISTDataModule
 from project.errors import DataError
 
 HUGE = {"channels": [20, 50], "hidden": [700_000]}  # LeNet's fc1 alone would be 700,000 x 800 floats: 2.1 GiB
-
-
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory):
-    """A finished 2-epoch tiny LeNet run (the tiny MNIST tables patched only while it trains); its run folder."""
-    root = tmp_path_factory.mktemp("hostile")
-    with pytest.MonkeyPatch.context() as mp:
-        paths = make_tiny_mnist(root / "mnist", mp)
-        mp.chdir(root)
-        assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2")) == 0
-    (run,) = run_dirs(root / "logs")
-    return run
 
 
 def _best(run):
@@ -60,7 +47,7 @@ def no_real_huge_net(monkeypatch):
     monkeypatch.setattr(module, "build_net", guarded)
 
 
-def _craft(run, name, expand=False):
+def _craft(run, path, expand=False):
     """The run's best checkpoint with hyper_parameters.widths = HUGE; with ``expand``, weights of the HUGE
     shapes that are zero-stride views of one number (the file stays small)."""
     ckpt = torch.load(_best(run), weights_only=True)
@@ -71,7 +58,6 @@ def _craft(run, name, expand=False):
         sd["net.fc1.weight"] = torch.zeros(1).expand(h, 800)
         sd["net.fc1.bias"] = torch.zeros(1).expand(h)
         sd["net.fc2.weight"] = torch.zeros(1).expand(10, h)
-    path = run / "checkpoints" / name
     torch.save(ckpt, path)
     assert path.stat().st_size < 4 << 20
     return path
@@ -94,7 +80,7 @@ def test_checkpoint_claiming_huge_widths_is_refused_before_anything_is_built(
     """Issue 23 row 4: a 4 MiB checkpoint whose widths are huge allocated 2.8 GiB before the strict load refused
     it. The widths are now checked on the meta device against the weights (and the weights against the bytes the
     file holds for them) before any net of that shape exists."""
-    ckpt = _craft(trained_run, f"huge-{command}-{int(expand)}.ckpt", expand)
+    ckpt = _craft(trained_run, tmp_path / "huge.ckpt", expand)
     Image.new("L", (28, 28)).save(tmp_path / "x.png")
     before = sorted(p.name for p in trained_run.iterdir())
     capsys.readouterr()
@@ -106,11 +92,11 @@ def test_checkpoint_claiming_huge_widths_is_refused_before_anything_is_built(
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "m.ts.pt").exists()
 
 
-def test_load_from_checkpoint_refuses_huge_widths_before_building(trained_run, no_real_huge_net):
+def test_on_load_checkpoint_refuses_huge_widths_before_building(trained_run, no_real_huge_net, tmp_path):
     from project.errors import ConfigError
     from project.module import ImageClassifier
 
-    ckpt = _craft(trained_run, "huge-load.ckpt")
+    ckpt = _craft(trained_run, tmp_path / "huge.ckpt")
     model = ImageClassifier(net="lenet")
     with pytest.raises(ConfigError, match="do not match its weights"):
         model.on_load_checkpoint(torch.load(ckpt, weights_only=True))
