@@ -87,20 +87,29 @@ def test_checkpoint_claiming_huge_widths_is_refused_before_anything_is_built(
     assert COMMANDS[command](trained_run, ckpt, tmp_path) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert len(err) == 1 and err[0].startswith("error: ") and ckpt.name in err[0], err
-    assert ("net.fc1.weight claims" if expand else "net.fc1.bias: 500 in the file, 700000 by the widths") in err[0]
+    why = "net.fc1.weight claims" if expand else "net.fc1.bias: 500 in the file, 700000 by the hyper-parameters"
+    assert why in err[0]
     assert sorted(p.name for p in trained_run.iterdir()) == before
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "m.ts.pt").exists()
 
 
-def test_on_load_checkpoint_refuses_huge_widths_before_building(trained_run, no_real_huge_net, tmp_path):
+@pytest.mark.parametrize("claim", [{"widths": HUGE}, {"num_classes": 200_000}], ids=["widths", "num_classes"])
+def test_load_from_checkpoint_refuses_huge_hyper_parameters_before_building(claim, trained_run, tmp_path, monkeypatch):
+    """``ImageClassifier.load_from_checkpoint`` builds the module from the file's hyper-parameters before any hook:
+    200,000 classes would be a 200,000 x 500 output layer and a 200,000^2 confusion matrix (320 GB)."""
+    from project import module
     from project.errors import ConfigError
     from project.module import ImageClassifier
 
-    ckpt = _craft(trained_run, tmp_path / "huge.ckpt")
-    model = ImageClassifier(net="lenet")
-    with pytest.raises(ConfigError, match="do not match its weights"):
-        model.on_load_checkpoint(torch.load(ckpt, weights_only=True))
-    assert model.net.widths() == {"channels": [20, 50], "hidden": [500]}
+    def refuse(self, *args, **kwargs):  # fail instead of allocating
+        raise AssertionError(f"ImageClassifier built from a checkpoint's claim {claim}")
+
+    ckpt = torch.load(_best(trained_run), weights_only=True)
+    ckpt["hyper_parameters"].update(claim)
+    torch.save(ckpt, tmp_path / "huge.ckpt")
+    monkeypatch.setattr(module.ImageClassifier, "__init__", refuse)
+    with pytest.raises(ConfigError, match=r"huge.ckpt: hyper_parameters.* do not match its weights \(net.fc"):
+        ImageClassifier.load_from_checkpoint(tmp_path / "huge.ckpt", map_location="cpu")
 
 
 RSS_GROWTH = """
