@@ -41,6 +41,8 @@ def variants(tmp):
     """{name: (file, the 8-bit picture a person sees in it: L (28, 28) or RGB (28, 28, 3) uint8)}."""
     a, c = PICTURE, COLOUR
     a16 = a.astype(np.uint16) * 257
+    near = a16.copy()
+    near[6, 0] = a16[5, 0] + 1  # the same 8-bit value as the transparent 16-bit one, but opaque
     white = np.where(_alpha() == 0, 255, a).astype(np.uint8)
     white_rgb = np.where(_alpha()[..., None] == 0, 255, c).astype(np.uint8)
     palette = Image.fromarray(a).convert("P", palette=Image.Palette.ADAPTIVE, colors=256)
@@ -53,6 +55,8 @@ def variants(tmp):
     bits = (a > 127).astype(np.uint8) * 255
     return {name: (path, seen) for name, path, seen in [
         ("I;16 png", _save(Image.fromarray(a16), tmp / "i16.png"), a),
+        ("I;16 png transparency", _save(Image.fromarray(near), tmp / "i16t.png", transparency=int(a16[5, 0])),
+         np.where(near == a16[5, 0], 255, np.round(near / 257)).astype(np.uint8)),
         ("I;16B tiff", _save(Image.frombytes("I;16B", (28, 28), a16.astype(">u2").tobytes()), tmp / "i16b.tif"), a),
         ("I ppm (16-bit)", _save(Image.fromarray(a16), tmp / "i16.pgm"), a),
         ("I tiff", _save(Image.fromarray(a16.astype(np.int32)), tmp / "i32.tif"), a),
@@ -67,8 +71,10 @@ def variants(tmp):
     ]}  # fmt: skip
 
 
-KINDS = ["I;16 png", "I;16B tiff", "I ppm (16-bit)", "I tiff", "F tiff", "P png", "P png transparency", "LA png",
-         "RGBA png", "EXIF orientation", "CMYK tiff", "1-bit png"]  # fmt: skip
+KINDS = [
+    "I;16 png", "I;16 png transparency", "I;16B tiff", "I ppm (16-bit)", "I tiff", "F tiff", "P png",
+    "P png transparency", "LA png", "RGBA png", "EXIF orientation", "CMYK tiff", "1-bit png",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", KINDS)

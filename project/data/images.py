@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 from torch.utils.data import Dataset
@@ -74,7 +75,11 @@ def as_seen(img: Image.Image) -> Image.Image:
     """
     img = ImageOps.exif_transpose(img)
     if img.mode in _SIXTEEN_BIT:
-        img = img.convert("I").point(lambda v: v * (255 / 65535) + 0.5).convert("L")  # convert("L") clips
+        wide = img.convert("I")
+        img = wide.point(lambda v: v * (255 / 65535) + 0.5).convert("L")  # convert("L") clips
+        if isinstance(key := wide.info.get("transparency"), int):  # a 16-bit transparent value: alpha from it
+            img.info.pop("transparency", None)
+            img.putalpha(Image.fromarray((np.asarray(wide) != key).astype(np.uint8) * 255))
     elif img.mode == "F":
         img = img.point(lambda v: v * 255).convert("L")  # F -> L rounds and clips
     if img.mode in _ALPHA or "transparency" in img.info:
