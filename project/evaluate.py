@@ -40,13 +40,16 @@ def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> Non
             the config's widths.
 
     Raises:
-        ConfigError: the checkpoint does not fit the rebuilt net (e.g. an override changed the net).
+        ConfigError: the checkpoint does not fit the rebuilt net (e.g. an override changed the net), or its widths
+            do not match its own weights (refused before a net of those widths is built).
     """
     try:
         if "state_dict" in checkpoint:
             cli.model.on_load_checkpoint(checkpoint)
             checkpoint = checkpoint["state_dict"]
         cli.model.load_state_dict(checkpoint, strict=True)
+    except ConfigError as e:
+        raise ConfigError(f"{ckpt}: {e}") from None
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
         raise ConfigError(f"{ckpt} does not fit model.net={cli.model.hparams.net} ({first})") from None

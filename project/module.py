@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from typing import Any, Literal
 
 import lightning as L
@@ -128,10 +129,57 @@ class ImageClassifier(L.LightningModule):
             return self._build(widths).widths()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Rebuild the net with the checkpoint's widths (``hyper_parameters.widths``) before its weights load."""
-        hparams = checkpoint.get("hyper_parameters") or {}
-        if "widths" in hparams:
+        """Rebuild the net with the checkpoint's widths (``hyper_parameters.widths``) before its weights load.
+
+        A checkpoint is data from elsewhere, and its widths a size read from it: they are checked against its
+        weights (:func:`check_weights`) before a net of that shape is allocated, so loading takes no more memory
+        than the file's tensors honestly hold.
+
+        Raises:
+            ConfigError: the widths do not fit the net, or do not match the checkpoint's ``state_dict``.
+        """
+        hparams = checkpoint.get("hyper_parameters")
+        if isinstance(hparams, dict) and "widths" in hparams:
+            check_weights(self.hparams.net, self.hparams.num_classes, hparams["widths"], checkpoint.get("state_dict"))
             self.set_widths(hparams["widths"])
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: Any,
+        map_location: Any = None,
+        hparams_file: Any = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Lightning's ``load_from_checkpoint``, after checking the file and its hyper-parameters (``net``,
+        ``num_classes``, ``widths``, with ``kwargs`` over them) against its weights on the meta device
+        (:func:`check_weights`): Lightning builds the module from the hyper-parameters before any hook runs, so a
+        small file claiming a huge net would be allocated first. Unless ``weights_only=False``, the file is read
+        with the safe unpickler after :func:`project.runs.check_zip_records`. A file object or an ``hparams_file``
+        goes to Lightning unchecked.
+
+        Raises:
+            ConfigError: the file's records are compressed or larger than the file, or its hyper-parameters do
+                not match its weights.
+        """
+        if isinstance(checkpoint_path, str | os.PathLike) and hparams_file is None:
+            from project.runs import check_zip_records
+
+            if weights_only is not False:
+                check_zip_records(checkpoint_path)
+            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=weights_only is not False)
+            hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+            if isinstance(hparams, dict) and "state_dict" in checkpoint:
+                hparams = {**hparams, **kwargs}
+                try:
+                    check_weights(hparams.get("net", "lenet"), hparams.get("num_classes", 10), hparams.get("widths"),
+                                  checkpoint["state_dict"])  # fmt: skip
+                except ConfigError as e:
+                    raise ConfigError(f"{checkpoint_path}: {e}") from None
+            del checkpoint
+        return super().load_from_checkpoint(checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
 
     def configure_model(self) -> None:
         if self.hparams.compile and not getattr(self, "_compiled", False):
@@ -263,3 +311,54 @@ class ImageClassifier(L.LightningModule):
             raise ConfigError(f"model.lr_scheduler: {e}") from None
         interval = self.hparams.lr_scheduler_interval or ("step" if length_key else "epoch")
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": interval}}
+
+
+def check_weights(net: Any, num_classes: Any, widths: Any, state_dict: Any) -> None:
+    """Check, without allocating the net, that a checkpoint's weights are those of ``net`` at ``num_classes`` and
+    ``widths`` (sizes read from the checkpoint).
+
+    The net is built on the meta device (shapes, no storage); ``state_dict`` must hold exactly its parameter names
+    (``net.*``) and shapes, as tensors that hold their own bytes: a tensor viewing fewer bytes than its size (e.g.
+    ``torch.zeros(1).expand(10**6, 800)``, which a file stores as one number) is refused. So a small file claiming
+    a large net is refused before anything of that size is built.
+
+    Raises:
+        ConfigError: naming the first parameter that differs.
+    """
+    try:
+        with torch.device("meta"):
+            built = build_net(net, num_classes, widths)
+    except (TypeError, ValueError, RuntimeError, OverflowError, MemoryError) as e:  # absurd sizes overflow on meta
+        raise ConfigError(f"hyper_parameters (net {net!r}, num_classes {num_classes!r}, widths {widths!r}) do not "
+                          f"give a net ({e})") from None  # fmt: skip
+    if not isinstance(state_dict, dict):
+        raise ConfigError("its state_dict is not a mapping of parameter names to tensors")
+    expected = {f"net.{k}": tuple(v.shape) for k, v in built.state_dict().items()}
+    got = {k: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith("net.")}
+    for key in sorted(expected.keys() | got.keys()):
+        tensor = got.get(key)
+        shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else None
+        if shape != expected.get(key):
+            held = "missing" if key not in got else "x".join(map(str, shape)) if shape is not None else "no tensor"
+            want = "x".join(map(str, expected[key])) if key in expected else "no such parameter"
+            what = f"widths {widths!r}" if widths is not None else f"num_classes {num_classes!r}"
+            raise ConfigError(
+                f"hyper_parameters.{what} do not match its weights ({key}: {held} in the file, {want} by the "
+                "hyper-parameters); the checkpoint is inconsistent, not loaded"
+            )
+    needed, held_bytes = 0, {}
+    for key, tensor in got.items():
+        storage = tensor.untyped_storage()
+        size = tensor.numel() * tensor.element_size()
+        if size > storage.nbytes():
+            raise ConfigError(
+                f"{key} claims {size} bytes but the file holds {storage.nbytes()} for it; the checkpoint is "
+                "inconsistent, not loaded"
+            )
+        needed += size
+        held_bytes[storage.data_ptr()] = max(held_bytes.get(storage.data_ptr(), 0), storage.nbytes())
+    if needed > sum(held_bytes.values()):
+        raise ConfigError(
+            f"its weights claim {needed} bytes but share {sum(held_bytes.values())} bytes of storage; the checkpoint "
+            "is inconsistent, not loaded"
+        )

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -336,10 +337,17 @@ def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
         trust: allow full unpickling (``weights_only=False``) -- only for files the user made: a crafted
             pickle runs code when loaded.
 
+    Untrusted files must be in PyTorch's zip format (what ``torch.save`` writes) with every record stored
+    uncompressed, as ``torch.save`` stores them, and records no larger than the file: PyTorch allocates a
+    record's declared uncompressed size before checking it, so a 400 KiB file with a deflated 400 MiB record
+    took 400 MiB. The memory a checkpoint takes is then bounded by its file size.
+
     Raises:
         ConfigError: unreadable, not a Lightning checkpoint, or (untrusted) needing more than the safe
-            unpickler allows.
+            unpickler allows, or with records compressed or larger than the file.
     """
+    if not trust:
+        check_zip_records(path)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=not trust)
     except Exception as e:
@@ -355,6 +363,30 @@ def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "loops" not in ckpt:
         raise ConfigError(f"ckpt_path: {path} is not a Lightning training checkpoint (no state_dict/loops)")
     return ckpt
+
+
+def check_zip_records(path: str | Path) -> None:
+    """Refuse a checkpoint that is not a zip of stored records whose sizes fit in the file (see ``load_checkpoint``).
+
+    Raises:
+        ConfigError: naming the file and the problem.
+    """
+    try:
+        size = os.path.getsize(path)
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+    except (OSError, zipfile.BadZipFile) as e:
+        raise ConfigError(
+            f"ckpt_path: {path} is not a readable checkpoint in PyTorch's zip format ({type(e).__name__}: {e})"
+        ) from None
+    packed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
+    declared = sum(r.file_size for r in records)
+    if packed or declared > size:
+        why = f"record {packed[0]} is compressed" if packed else f"its records declare {declared} bytes"
+        raise ConfigError(
+            f"ckpt_path: {path} is not a checkpoint as torch.save writes it ({why}, in a file of {size} bytes); "
+            "refused before reading it"
+        )
 
 
 def resume_in_place(ckpt: Path, logger: Any) -> None:

@@ -43,18 +43,13 @@ def learnable_images(labels: np.ndarray, shape: tuple[int, ...], rng: np.random.
     return images
 
 
-@pytest.fixture
-def tiny_mnist(tmp_path, monkeypatch):
-    """Write MNIST-format archives (600 train / 100 test images) into ``source/``; patch the md5 tables.
-
-    Returns a dict with ``source`` (archives) and ``data`` (empty data_dir) paths, for MNIST and
-    Fashion-MNIST alike (both data modules read the same format).
-    """
+def make_tiny_mnist(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Write MNIST-format archives (600 train / 100 test images) into ``root/source``; patch the md5 and size
+    tables through ``monkeypatch``. Returns ``{"source": archives folder, "data": empty data_dir}``."""
     rng = np.random.default_rng(0)
-    root = tmp_path / "mnist"
     source = root / "source"
     source.mkdir(parents=True)
-    raw_md5, resources = {}, []
+    raw_md5, raw_sizes, resources = {}, {}, []
     for split, n in (("train", 600), ("t10k", 100)):
         labels = rng.integers(0, 10, size=n).astype(np.uint8)
         images = learnable_images(labels, (28, 28), rng)
@@ -64,11 +59,39 @@ def tiny_mnist(tmp_path, monkeypatch):
             gz = gzip.compress(raw, mtime=0)
             (source / f"{name}.gz").write_bytes(gz)
             raw_md5[name] = md5(raw)
+            raw_sizes[name] = len(raw)
             resources.append((f"{name}.gz", md5(gz)))
     for cls, key in ((torchvision.datasets.MNIST, "MNIST"), (torchvision.datasets.FashionMNIST, "FashionMNIST")):
         monkeypatch.setattr(cls, "resources", resources)
         monkeypatch.setitem(data_mod.RAW_MD5, key, raw_md5)
+    # the published sizes bound decompression (raising=False: also runs against code without the table)
+    monkeypatch.setattr(data_mod.archives, "RAW_SIZES", {"MNIST": raw_sizes, "FashionMNIST": raw_sizes}, raising=False)
     return {"source": source, "data": root / "data"}
+
+
+@pytest.fixture
+def tiny_mnist(tmp_path, monkeypatch):
+    """Write MNIST-format archives (600 train / 100 test images) into ``source/``; patch the md5 and size tables.
+
+    Returns a dict with ``source`` (archives) and ``data`` (empty data_dir) paths, for MNIST and
+    Fashion-MNIST alike (both data modules read the same format).
+    """
+    return make_tiny_mnist(tmp_path / "mnist", monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> Path:
+    """A finished 2-epoch LeNet run on :func:`make_tiny_mnist` data, shared by the session (read it, don't change
+    it); the md5 and size tables are patched only while it trains. Returns its run folder."""
+    from helpers import run_dirs, run_main, tiny_args
+
+    root = tmp_path_factory.mktemp("trained_run")
+    with pytest.MonkeyPatch.context() as mp:
+        paths = make_tiny_mnist(root / "mnist", mp)
+        mp.chdir(root)
+        assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2")) == 0
+    (run,) = run_dirs(root / "logs")
+    return run
 
 
 @pytest.fixture

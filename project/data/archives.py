@@ -1,13 +1,19 @@
 """Data integrity and offline import: the original archives in, verified torchvision-layout files out.
 
 * MNIST family: ``train-images-idx3-ubyte.gz`` and friends are md5-checked (torchvision's published
-  sums; a re-compressed archive is accepted when its *content* matches the published raw files) and
-  decompressed into ``<data_dir>/<Dataset>/raw/``. IDX files are checked by size from their header on
-  every setup and by md5 in ``prepare_data`` -- torchvision checks them only at download time.
-* CIFAR-10: ``cifar-10-python.tar.gz`` is md5-checked, then extracted with ``tarfile``'s ``"data"`` filter
-  (no absolute paths, no ``..``, no links out, no devices) into a temporary folder that is renamed into
-  place. torchvision's own ``extract_archive`` does not set that filter, so it is not used for archives
-  that come from elsewhere.
+  sums) before they are decompressed into ``<data_dir>/<Dataset>/raw/``. An archive that fails its md5 may
+  still be a re-compressed copy of the published files (Debian's ``dataset-fashion-mnist`` is one): it is
+  accepted when its *content* has the published md5 and size (:data:`RAW_MD5`, :data:`RAW_SIZES`). Its
+  content is streamed through md5 into a temporary file and decompression stops as soon as it passes the
+  published size, so a small archive that decompresses to gigabytes (a "gzip bomb") costs at most that size
+  of disk and a bounded buffer of memory. IDX files are checked by size from their header on every setup
+  and by md5 in ``prepare_data`` -- torchvision checks them only at download time.
+* CIFAR-10: ``cifar-10-python.tar.gz`` is md5-checked, then its members are read one by one: only the folder
+  ``cifar-10-batches-py/`` and the files torchvision lists (plus ``readme.html``) are accepted, each a regular
+  file of at most :data:`CIFAR_MAX_MEMBER_BYTES`, at most :data:`CIFAR_MAX_MEMBERS` members, checked from
+  each member's header before its data is written; they are extracted with ``tarfile``'s ``"data"`` filter
+  (no absolute paths, no ``..``, no links, no devices) into a temporary folder that is renamed into place.
+  torchvision's own ``extract_archive`` does neither, so it is not used for archives that come from elsewhere.
 
 md5 sums are computed with ``torchvision.datasets.utils.calculate_md5``. Every write goes through a
 temporary file or folder and an atomic rename, and a failed import removes the folders it created.
@@ -17,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
+import hashlib
 import logging
 import math
 import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +58,22 @@ RAW_MD5: dict[str, dict[str, str]] = {
         "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
     },
 }
+
+# Sizes in bytes of the extracted IDX files (the same for both data sets): the most a re-compressed archive may
+# decompress to.
+RAW_SIZES: dict[str, dict[str, int]] = {
+    name: {
+        "train-images-idx3-ubyte": 47_040_016,
+        "train-labels-idx1-ubyte": 60_008,
+        "t10k-images-idx3-ubyte": 7_840_016,
+        "t10k-labels-idx1-ubyte": 10_008,
+    }
+    for name in ("MNIST", "FashionMNIST")
+}
+
+# The published CIFAR-10 archive holds its folder and 8 files, the largest 31 MB.
+CIFAR_MAX_MEMBERS = 16
+CIFAR_MAX_MEMBER_BYTES = 64 << 20
 
 FIX = (
     "delete it and run again with data.download: true, or set data.source_dir to a folder holding the original archives"
@@ -105,17 +128,38 @@ def created_dirs(target: Path) -> Iterator[None]:
         raise
 
 
-def _atomic_copy_stream(src: io.BufferedIOBase, dst: Path) -> None:
-    """Write ``src`` to ``dst`` through a temporary file in the same folder and an atomic rename."""
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+def _decompress_bounded(archive: Path, target: Path, size: int, md5: str) -> str:
+    """Decompress the gzip ``archive`` into ``target`` through a temporary file, never past ``size`` bytes; the
+    file is renamed into place only when the content has this ``md5``.
+
+    Returns:
+        the md5 of the content, which is exactly ``size`` bytes; nothing is left on disk unless it is ``md5``.
+
+    Raises:
+        DataError: not a gzip archive, or its content is shorter or longer than ``size`` bytes (decompression
+            stops at the first byte past it). The message is the reason only, to follow the archive's name.
+    """
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    digest = hashlib.md5(usedforsecurity=False)
+    written = 0
     try:
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-        os.replace(tmp, dst)
-    except BaseException:
+        with os.fdopen(fd, "wb") as out, gzip.open(archive, "rb") as f:
+            while chunk := f.read(min(1 << 20, size + 1 - written)):
+                written += len(chunk)
+                if written > size:
+                    raise DataError(f"decompresses to more than the {size} bytes of the original {target.name}")
+                digest.update(chunk)
+                out.write(chunk)
+        if written != size:
+            raise DataError(f"decompresses to {written} bytes, not the {size} of the original {target.name}")
+        if digest.hexdigest() == md5:
+            os.replace(tmp, target)
+    except (OSError, EOFError, zlib.error) as e:
+        raise DataError(f"is not a valid gzip archive ({e})") from None
+    finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        raise
+    return digest.hexdigest()
 
 
 def require_archives(source_dir: Path, names: list[str], what: str) -> None:
@@ -129,34 +173,36 @@ def require_archives(source_dir: Path, names: list[str], what: str) -> None:
 
 
 def import_idx_archives(dataset_cls: type[datasets.MNIST], source_dir: Path, raw_folder: Path) -> None:
-    """Decompress the MNIST-family ``.gz`` archives of ``source_dir`` into ``raw_folder`` (md5-checked).
+    """Decompress the MNIST-family ``.gz`` archives of ``source_dir`` into ``raw_folder`` (md5-checked first).
+
+    Each archive's md5 is checked before it is decompressed; one that fails it is decompressed only up to the
+    published size of its content (:data:`RAW_SIZES`) and kept only when that content has the published md5
+    (a re-compressed copy).
 
     Raises:
-        DataError: an archive is missing, is not gzip, or neither it nor its content matches the published md5.
+        DataError: an archive is missing, is not gzip, or neither it nor its content matches the published md5
+            and size; nothing of it is left in ``raw_folder``.
     """
     names = [name for name, _ in dataset_cls.resources]
     require_archives(source_dir, names, dataset_cls.__name__)
-    raw_md5 = RAW_MD5[dataset_cls.__name__]
+    raw_md5, raw_sizes = RAW_MD5[dataset_cls.__name__], RAW_SIZES[dataset_cls.__name__]
     with created_dirs(raw_folder):
         raw_folder.mkdir(parents=True, exist_ok=True)
         for name, archive_md5 in dataset_cls.resources:
             archive, target = source_dir / name, raw_folder / name.removesuffix(".gz")
             got_archive = calculate_md5(archive)
+            mismatch = f"{archive} fails its md5 check (archive md5 {got_archive}, expected {archive_md5}"
             try:
-                with gzip.open(archive, "rb") as f:
-                    _atomic_copy_stream(f, target)
-            except (OSError, EOFError, gzip.BadGzipFile) as e:
+                got = _decompress_bounded(archive, target, raw_sizes[target.name], raw_md5[target.name])
+            except DataError as e:
+                why = f"{archive} {e}" if got_archive == archive_md5 else f"{mismatch}) and {e}"
+                raise DataError(f"{why}; replace it with the original file") from None
+            if got != raw_md5[target.name]:
                 raise DataError(
-                    f"{archive} is not a valid gzip archive ({e}); replace it with the original file"
-                ) from None
+                    f"{mismatch}; content md5 {got}, expected {raw_md5[target.name]}); "
+                    "replace it with the original file"
+                )
             if got_archive != archive_md5:
-                got = calculate_md5(target)
-                if got != raw_md5[target.name]:
-                    target.unlink()
-                    raise DataError(
-                        f"{archive} fails its md5 check (archive md5 {got_archive}, expected {archive_md5}; "
-                        f"content md5 {got}, expected {raw_md5[target.name]}); replace it with the original file"
-                    )
                 log.info("%s is a re-compressed copy; its content matches the published md5", archive)
 
 
@@ -180,9 +226,8 @@ def import_cifar_archive(dataset_cls: type[datasets.CIFAR10], source_dir: Path, 
         data_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=data_dir, prefix=".extract-") as tmp:
             try:
-                with tarfile.open(archive, "r:gz") as tar:
-                    tar.extractall(tmp, filter="data")
-            except (tarfile.TarError, OSError, EOFError) as e:
+                _extract_cifar_members(archive, dataset_cls, Path(tmp))
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
                 raise DataError(f"{archive} could not be extracted ({e}); replace it with the original file") from None
             extracted = Path(tmp) / dataset_cls.base_folder
             if not extracted.is_dir():
@@ -192,3 +237,32 @@ def import_cifar_archive(dataset_cls: type[datasets.CIFAR10], source_dir: Path, 
             if base.exists():
                 shutil.rmtree(base)
             os.replace(extracted, base)
+
+
+def _extract_cifar_members(archive: Path, dataset_cls: type[datasets.CIFAR10], dest: Path) -> None:
+    """Extract the CIFAR-10 files of ``archive`` into ``dest``, checking each member's header first.
+
+    Raises:
+        DataError: more than :data:`CIFAR_MAX_MEMBERS` members, a member that is not the folder or one of its
+            files (a link, a device, another path), a file twice, or a file over :data:`CIFAR_MAX_MEMBER_BYTES`.
+    """
+    base = dataset_cls.base_folder
+    files = [name for name, _ in dataset_cls.train_list + dataset_cls.test_list]
+    allowed = {f"{base}/{name}" for name in [*files, dataset_cls.meta["filename"], "readme.html"]}
+    seen: set[str] = set()
+    with tarfile.open(archive, "r:gz") as tar:
+        for count, member in enumerate(tar, 1):  # headers are read one at a time, before each member's data
+            name = member.name.removeprefix("./").rstrip("/")
+            why = None
+            if count > CIFAR_MAX_MEMBERS:
+                why = f"more than {CIFAR_MAX_MEMBERS} members"
+            elif member.isdir() and name == base:
+                continue
+            elif not member.isreg() or name not in allowed or name in seen:
+                why = f"{member.name!r} is not a file of CIFAR-10's archive" + (" (twice)" if name in seen else "")
+            elif member.size > CIFAR_MAX_MEMBER_BYTES:
+                why = f"{member.name!r} declares {member.size} bytes, more than {CIFAR_MAX_MEMBER_BYTES}"
+            if why:
+                raise DataError(f"{archive} could not be extracted ({why}); replace it with the original file")
+            seen.add(name)
+            tar.extract(member, dest, filter="data")
