@@ -229,7 +229,7 @@ class ProjectCLI(LightningCLI):
             raise ConfigError(
                 "trainer.barebones: true turns off self.log, the metrics fit reports (test acc, results.json) are "
                 "read from; for a quiet run use --trainer.enable_progress_bar false --trainer.enable_model_summary "
-                "false, and python -m project.bench to time raw training steps"
+                "false, and python -m benchmarks.bench to time raw training steps"
             )
         for key in ("limit_train_batches", "max_epochs", "max_steps"):
             if cfg.trainer.get(key) == 0:

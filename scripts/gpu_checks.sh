@@ -28,7 +28,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.bac
 print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
 EOF
 
-python -m project.bench --config configs/cifar10.yaml --device "$device" --data_dir "$out/no-cifar" \
+python -m benchmarks.bench --config configs/cifar10.yaml --device "$device" --data_dir "$out/no-cifar" \
   --rows raw_loop lightning lightning_in_memory mixed_precision benchmark channels_last \
   "${bench_args[@]}" --out "$out/bench_cifar10.json"
 

@@ -1,4 +1,4 @@
-"""A small run of ``python -m project.bench``: it runs the experiment it is given. No timing thresholds."""
+"""A small run of ``python -m benchmarks.bench``: it runs the experiment it is given. No timing thresholds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import REPO
 
-from project.bench import ALL_ROWS, main
+from benchmarks.bench import ALL_ROWS, main
 
 
 def run_bench(tmp_path, rows, config=REPO / "configs/mnist.yaml"):

@@ -1,4 +1,4 @@
-"""``python -m project.recipe_loop`` (the tutorial loop) and ``python -m project.bench_e2e`` (it against fit)."""
+"""``python -m benchmarks.recipe_loop`` (the tutorial loop) and ``python -m benchmarks.bench_e2e`` (it against fit)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import REPO
 
-from project import bench_e2e, recipe_loop
+from benchmarks import bench_e2e, recipe_loop
 from project.data import FashionMNISTDataModule, MNISTDataModule
 
 

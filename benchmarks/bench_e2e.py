@@ -1,13 +1,13 @@
-"""``python -m project.bench_e2e``: the whole tutorial loop against the whole ``python -m project.fit``, wall clock.
+"""``python -m benchmarks.bench_e2e``: the whole tutorial loop against the whole ``python -m project.fit``, wall clock.
 
-``python -m project.bench`` times training steps inside one process; this times what a user waits for --
+``python -m benchmarks.bench`` times training steps inside one process; this times what a user waits for --
 start-up, imports, data loading, training, evaluation and exit -- of two commands run as separate processes::
 
-    python -m project.bench_e2e --config configs/fashion_mnist.yaml --source_dir /usr/share/datasets/fashion-mnist
+    python -m benchmarks.bench_e2e --config configs/fashion_mnist.yaml --source_dir /usr/share/datasets/fashion-mnist
 
 1. The data set named by the config's ``data.class_path`` (MNIST or Fashion-MNIST) is made ready in
    ``--data_dir`` by that data module's ``prepare_data`` (imported from ``--source_dir`` when given).
-2. ``raw loop`` -- ``python -m project.recipe_loop`` (the PyTorch tutorial's loop: LeNet, SGD with momentum,
+2. ``raw loop`` -- ``python -m benchmarks.recipe_loop`` (the PyTorch tutorial's loop: LeNet, SGD with momentum,
    torchvision DataLoader with 0 workers, then the test-set accuracy) -- and ``fit`` -- ``python -m
    project.fit --config CONFIG`` as configured (its optimizer, loader workers, a validation split and pass
    every epoch, checkpoints, a test pass on the best checkpoint) -- run alternately, ``--repeats`` times
@@ -232,7 +232,7 @@ def machine() -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m project.bench_e2e", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m benchmarks.bench_e2e", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="configs/fashion_mnist.yaml", help="fit's config (MNIST or Fashion-MNIST)")
     p.add_argument("--source_dir", default=None, help="folder with the original archives to import offline")
     p.add_argument("--data_dir", default="data", help="where the data is extracted (torchvision's layout)")
@@ -240,7 +240,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2, help="training epochs of both commands")
     p.add_argument("--limit_train_batches", type=int, default=None, help="training batches per epoch (both sides)")
     p.add_argument("--fit_args", default="", help="extra arguments for python -m project.fit (one string)")
-    p.add_argument("--raw_args", default="", help="extra arguments for python -m project.recipe_loop (one string)")
+    p.add_argument("--raw_args", default="", help="extra arguments for python -m benchmarks.recipe_loop (one string)")
     p.add_argument("--out", default="bench_e2e.json", help="JSON output; a .md table is written beside it")
     args = p.parse_args(argv)
     for key in ("repeats", "epochs", "limit_train_batches"):
@@ -256,7 +256,7 @@ def commands(args: argparse.Namespace, data_module: str, logs: Path) -> dict[str
     """The two command lines (absolute data and config paths, so they run from any folder)."""
     data_dir = str(Path(args.data_dir).resolve())
     epochs = str(args.epochs)
-    raw = [sys.executable, "-m", "project.recipe_loop", "--dataset", RAW_DATASET[data_module]]
+    raw = [sys.executable, "-m", "benchmarks.recipe_loop", "--dataset", RAW_DATASET[data_module]]
     raw += ["--data_dir", data_dir, "--epochs", epochs]
     fit = [sys.executable, "-m", "project.fit", "--config", str(Path(args.config).resolve())]
     fit += ["--trainer.max_epochs", epochs, "--data.data_dir", data_dir]
@@ -310,7 +310,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m project.bench_e2e``; returns the exit status (0 ok, 1 a failed run or bad data)."""
+    """Entry point of ``python -m benchmarks.bench_e2e``; returns the exit status (0 ok, 1 a failed run or bad data)."""
     args = parse_args(argv)
     try:
         report = bench(args)

@@ -1,4 +1,4 @@
-"""``python -m project.recipe_loop``: recipe B as the classic PyTorch tutorial writes it, no Lightning.
+"""``python -m benchmarks.recipe_loop``: recipe B as the classic PyTorch tutorial writes it, no Lightning.
 
 The loop of PyTorch's "Training a classifier" tutorial (``zero_grad``, forward, loss, ``backward``,
 ``step``; the running loss printed every ``--print_every`` batches; then the accuracy over the test set
@@ -6,11 +6,11 @@ under ``torch.no_grad()``) with recipe B's parts: ``project.nets.LeNet``, a torc
 Fashion-MNIST dataset with ``Compose([ToTensor(), Normalize(mean, std)])`` (the mean/std of
 ``project.data``), ``DataLoader(batch_size=64, shuffle=True)`` and ``SGD(lr=0.01, momentum=0.9)``::
 
-    python -m project.recipe_loop --dataset fashion_mnist --data_dir data --epochs 2
+    python -m benchmarks.recipe_loop --dataset fashion_mnist --data_dir data --epochs 2
 
 It reads data already extracted in torchvision's layout (``<data_dir>/FashionMNIST/raw/*-ubyte``, as
 ``project.data``'s ``prepare_data`` leaves it) and never downloads. The last line printed is
-``RESULT {json}``; ``python -m project.bench_e2e`` times this command against ``python -m project.fit``.
+``RESULT {json}``; ``python -m benchmarks.bench_e2e`` times this command against ``python -m project.fit``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def check_data(data_dir: str, dataset: str) -> None:
             raise DataError(
                 f"{path} not found: --data_dir must hold {name} extracted in torchvision's layout "
                 f"({data_dir}/{name}/raw/*-ubyte); extract it with project.data's prepare_data, e.g. "
-                f"python -m project.bench_e2e --source_dir DIR_WITH_THE_ARCHIVES"
+                f"python -m benchmarks.bench_e2e --source_dir DIR_WITH_THE_ARCHIVES"
             )
 
 
@@ -142,7 +142,7 @@ def test_accuracy(net: nn.Module, loader: DataLoader, device: torch.device) -> t
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m project.recipe_loop", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m benchmarks.recipe_loop", description=__doc__.splitlines()[0])
     p.add_argument("--data_dir", default="data", help="extracted data in torchvision's layout")
     p.add_argument("--dataset", choices=sorted(DATASETS), default="mnist")
     p.add_argument("--epochs", type=int, default=2)
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m project.recipe_loop``; returns the exit status (0 ok, 1 bad data)."""
+    """Entry point of ``python -m benchmarks.recipe_loop``; returns the exit status (0 ok, 1 bad data)."""
     args = parse_args(argv)
     try:
         result = run(args)

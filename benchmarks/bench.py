@@ -1,4 +1,4 @@
-"""``python -m project.bench``: what each speed switch buys, measured side by side in one process.
+"""``python -m benchmarks.bench``: what each speed switch buys, measured side by side in one process.
 
 Rows (same net, batch size and data):
 
@@ -56,7 +56,7 @@ from project.errors import ArgumentParser, DataError, UserError
 from project.module import ImageClassifier
 from project.slim import StructuredPruning, macs_per_sample, slim, train_flops_per_sample
 
-log = logging.getLogger("project.bench")
+log = logging.getLogger("benchmarks.bench")
 
 ALL_ROWS = [
     "raw_loop",
@@ -156,7 +156,7 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace) -> None:
         # The experiment as fit would run it: same parser, same defaults, same checks.
-        cli = ProjectCLI(["--config", args.config, "--trainer.logger", "false"], prog="python -m project.bench")
+        cli = ProjectCLI(["--config", args.config, "--trainer.logger", "false"], prog="python -m benchmarks.bench")
         self.net = cli.model.hparams.net
         self.num_classes = cli.model.hparams.num_classes
         self.channels_last = bool(cli.model.hparams.channels_last)
@@ -263,7 +263,7 @@ class Bench:
         """The widths ``--slim_config``'s StructuredPruning leaves the config's net with (its final step)."""
         if self._slim_widths is None:
             cli = ProjectCLI(["--config", self.args.config, "--config", self.slim_config, "--trainer.logger", "false"],
-                             prog="python -m project.bench")  # fmt: skip
+                             prog="python -m benchmarks.bench")  # fmt: skip
             cb = next((c for c in cli.trainer.callbacks if isinstance(c, StructuredPruning)), None)
             if cb is None:
                 raise UserError(f"--slim_config {self.slim_config}: it configures no project.slim.StructuredPruning")
@@ -518,7 +518,7 @@ def pruning_markdown(rows: list[dict[str, Any]], nets: dict[str, dict[str, Any]]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m project.bench", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="configs/mnist.yaml", help="experiment config: net, data module, batch size")
     p.add_argument("--data_dir", default="data", help="where the data set is (used if present)")
     p.add_argument("--source_dir", default=None, help="original archives to import offline")
@@ -544,7 +544,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m project.bench``; returns the exit status."""
+    """Entry point of ``python -m benchmarks.bench``; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
