@@ -33,6 +33,7 @@ from project import cluster
 from project.callbacks import (
     CudnnFlags,
     LocalAtomicCheckpointIO,
+    Pruning,
     RunCheckpoint,
     StepLearningRateMonitor,
     Throughput,
@@ -268,6 +269,7 @@ class ProjectCLI(LightningCLI):
             # Lightning says this as a long UserWarning with a source line; we say it once, plainly, below.
             warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
             trainer = super().instantiate_trainer(**kwargs)
+        Pruning.number_copies(trainer.callbacks)  # before a resume looks up each one's state
         trainer.callbacks.append(Throughput())
         if cluster.slurm_job() is not None:
             trainer.callbacks.append(cluster.SlurmRequeue())

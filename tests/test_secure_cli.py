@@ -4,13 +4,19 @@ flags under every precision ``auto_precision`` picks, storage passwords, the DDP
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
+import lightning as L
 import pytest
+import torch
 import yaml
-from helpers import REPO, run_main, tiny_args
+from helpers import REPO, results, run_dirs, run_main, tiny_args
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from project import sweep
+from project.callbacks import Pruning
 from project.cli import ProjectCLI
 from project.report import RunTensorBoardLogger
 
@@ -59,3 +65,82 @@ def test_tensorboard_logger_shorthand_is_the_project_logger(tmp_path, logger):
     assert type(cli.trainer.logger) is RunTensorBoardLogger
     assert cli.trainer.logger.save_dir == str(tmp_path)
     assert cli.trainer.logger.name == "mnist"  # the project's defaults are kept
+
+
+# -- several Pruning callbacks with identical settings --------------------------------------------------------
+
+
+class Linear(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(32, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.lin(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def linear_data():
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(64, 32, generator=g), torch.randint(0, 2, (64,), generator=g)), 16)
+
+
+def record_loads(monkeypatch) -> list[tuple[int, str]]:
+    """(copy number, the state's marker) for every Pruning state a resume hands back."""
+    loaded: list[tuple[int, str]] = []
+    original = Pruning.load_state_dict
+
+    def load_state_dict(self, state):
+        loaded.append((self.copy, state.get("marker")))
+        original(self, state)
+
+    monkeypatch.setattr(Pruning, "load_state_dict", load_state_dict)
+    return loaded
+
+
+def mark_states(path: Path) -> list[str]:
+    """Tag each Pruning state in the checkpoint with its own key; returns the keys in checkpoint order."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    keys = [k for k in ckpt["callbacks"] if k.startswith("Pruning{")]
+    for k in keys:
+        ckpt["callbacks"][k]["marker"] = k
+    torch.save(ckpt, path)
+    return keys
+
+
+def test_two_identical_pruning_callbacks_in_a_plain_trainer(tmp_path, monkeypatch):
+    def trainer(epochs):
+        return L.Trainer(max_epochs=epochs, callbacks=[Pruning(amount=0.3), Pruning(amount=0.3)], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path)  # fmt: skip
+
+    first, model = trainer(1), Linear()
+    first.fit(model, linear_data())
+    zeros = int((model.lin.weight == 0).sum())
+    assert abs(zeros - (1 - 0.7 * 0.7) * 64) <= 1  # both pruned: 30 %, then 30 % of the rest
+    first.save_checkpoint(tmp_path / "a.ckpt")
+    keys = mark_states(tmp_path / "a.ckpt")
+    assert len(keys) == 2 and "'copy': 1" in keys[1] and "copy" not in keys[0]
+    loaded = record_loads(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*callbacks used to create the checkpoint.*")
+        trainer(2).fit(Linear(), linear_data(), ckpt_path=tmp_path / "a.ckpt")
+    assert sorted(loaded) == [(0, keys[0]), (1, keys[1])]
+
+
+def test_two_identical_pruning_callbacks_resume_from_the_cli(tiny_mnist, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pruning = ["--trainer.callbacks+=project.callbacks.Pruning", "--trainer.callbacks.amount", "0.3"] * 2
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *pruning, "--trainer.limit_train_batches", "2")) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    assert results(run)["sparsity"] == pytest.approx(1 - 0.7 * 0.7, abs=1e-3)
+    keys = mark_states(run / "checkpoints" / "last.ckpt")
+    assert len(keys) == 2
+    loaded = record_loads(monkeypatch)
+    resume = ["--trainer.max_epochs", "2", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *pruning, "--trainer.limit_train_batches", "2",
+                              *resume)) == 0  # fmt: skip
+    assert sorted(loaded) == [(0, keys[0]), (1, keys[1])]
+    assert results(run)["epochs"] == 2
