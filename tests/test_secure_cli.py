@@ -15,6 +15,7 @@ from helpers import REPO, results, run_dirs, run_main, tiny_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import project.cli
 from project import sweep
 from project.callbacks import Pruning
 from project.cli import ProjectCLI
@@ -144,3 +145,44 @@ def test_two_identical_pruning_callbacks_resume_from_the_cli(tiny_mnist, tmp_pat
                               *resume)) == 0  # fmt: skip
     assert sorted(loaded) == [(0, keys[0]), (1, keys[1])]
     assert results(run)["epochs"] == 2
+
+
+# -- the Trainer flags users reach for, under every precision auto_precision may pick -------------------------
+
+FLAGS = {
+    "clip_norm": ["--trainer.gradient_clip_val", "1.0"],
+    "clip_value": ["--trainer.gradient_clip_val", "0.5", "--trainer.gradient_clip_algorithm", "value"],
+    "clip_accumulate": ["--trainer.gradient_clip_val", "1.0", "--trainer.accumulate_grad_batches", "2"],
+    "accumulate": ["--trainer.accumulate_grad_batches", "2"],
+    "profiler_simple": ["--trainer.profiler", "simple"],
+    "profiler_advanced": ["--trainer.profiler", "advanced"],
+    "profiler_pytorch": ["--trainer.profiler", "pytorch"],
+    "summary": ["--trainer.enable_model_summary", "true"],
+    "summary_depth": ["--trainer.callbacks+=ModelSummary", "--trainer.callbacks.max_depth", "3"],
+    "anomaly": ["--trainer.detect_anomaly", "true"],
+    "bf16_true": ["--trainer.precision", "bf16-true"],
+    "bf16_true_clip": ["--trainer.precision", "bf16-true", "--trainer.gradient_clip_val", "1.0"],
+}
+FAST = {"clip_norm", "clip_value", "clip_accumulate"}  # the ones that failed; the rest guard the matrix
+
+
+@pytest.mark.parametrize("picked", ["32-true", "bf16-mixed", "16-mixed"])
+@pytest.mark.parametrize("flag", [f if f in FAST else pytest.param(f, marks=pytest.mark.slow) for f in FLAGS])
+def test_tuned_config_with_trainer_flags_under_each_auto_precision(tiny_mnist, tmp_path, monkeypatch, capsys,
+                                                                   picked, flag):  # fmt: skip
+    """configs/mnist.yaml (fused AdamW step, channels_last, in-memory data, auto_precision) with each flag, as
+    auto_precision would run it on a CUDA GPU (16-mixed; bf16-mixed on a CPU), a CPU with native bf16
+    (bf16-mixed) and any other CPU (32-true)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(project.cli, "fastest_precision", lambda accelerator: picked)
+    args = [
+        "--config", str(REPO / "configs/mnist.yaml"), *tiny_args(tiny_mnist, tmp_path / "logs"),
+        "--model.optimizer", "torch.optim.AdamW", "--model.optimizer.fused", "true",
+        "--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.limit_train_batches", "4",
+        "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2", *FLAGS[flag],
+    ]  # fmt: skip
+    status = run_main(args)
+    assert status == 0, capsys.readouterr().err[-2000:]
+    (run,) = run_dirs(tmp_path / "logs")
+    expected = "bf16-true" if "bf16_true" in flag else {"16-mixed": "bf16-mixed"}.get(picked, picked)
+    assert results(run)["precision"] == expected
