@@ -4,19 +4,27 @@ flags under every precision ``auto_precision`` picks, storage passwords, the DDP
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
 import warnings
 from pathlib import Path
 
 import lightning as L
+import optuna
 import pytest
 import torch
 import yaml
 from helpers import REPO, results, run_dirs, run_main, tiny_args
+from sqlalchemy.engine import make_url
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import project.cli
-from project import sweep
+from project import sweep, sweep_file
 from project.callbacks import Pruning
 from project.cli import ProjectCLI
 from project.report import RunTensorBoardLogger
@@ -186,3 +194,99 @@ def test_tuned_config_with_trainer_flags_under_each_auto_precision(tiny_mnist, t
     (run,) = run_dirs(tmp_path / "logs")
     expected = "bf16-true" if "bf16_true" in flag else {"16-mixed": "bf16-mixed"}.get(picked, picked)
     assert results(run)["precision"] == expected
+
+
+# -- storage passwords are never printed or written -----------------------------------------------------------
+
+SMOKE = REPO / "configs/sweeps/smoke.yaml"
+POSTGRES = os.environ.get("PROJECT_TEST_POSTGRES_URL")
+SECRET = "s3cr3t-PW-0x5eed"
+
+
+def with_password(url: str) -> str:
+    return make_url(url).set(password=SECRET).render_as_string(hide_password=False)
+
+
+def smoke_file(folder: Path, name: str, **changes) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(SMOKE.read_text()) | {"name": name} | changes))
+    return path
+
+
+@pytest.fixture
+def fake_server(tmp_path, monkeypatch) -> str:
+    """A PostgreSQL URL with a password whose study really lives in a SQLite file (the printing path is the same)."""
+    url = f"postgresql+psycopg2://sweeper:{SECRET}@db.example:5432/sweeps"
+    real, db = sweep.open_storage, f"sqlite:///{tmp_path / 'study.db'}"
+    monkeypatch.setattr(sweep, "open_storage", lambda u, *a, **k: real(db if u == url else u, *a, **k))
+    return url
+
+
+def test_storage_password_stays_out_of_error_lines(tmp_path, monkeypatch, capsys, fake_server):
+    monkeypatch.chdir(tmp_path)
+    spec = smoke_file(tmp_path, "smoke")
+    assert sweep.main(["--config", str(spec), "--storage", fake_server, "--report"]) == 2  # no study yet
+    err = capsys.readouterr().err.strip()
+    hidden = "postgresql+psycopg2://sweeper:***@db.example:5432/sweeps"
+    assert err == f"error: no study 'smoke' in {hidden}; run the sweep first"
+    sweep_ = sweep_file.load_sweep(spec)
+    base = sweep_file.resolve_base(sweep_, [])
+    sweep.load_or_create_study(sweep.Context(sweep_, base, fake_server, tmp_path / "logs" / "smoke", []), create=True)
+    other = smoke_file(tmp_path, "smoke", seeds=[7])  # the same study name from another sweep file
+    assert sweep.main(["--config", str(other), "--storage", fake_server, "--report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "was created from another sweep file" in err and SECRET not in err and "sweeper:***@" in err
+    # the same through OPTUNA_STORAGE (Optuna's own variable: the URL stays out of every process listing)
+    monkeypatch.setenv("OPTUNA_STORAGE", fake_server)
+    assert sweep.main(["--config", str(other), "--report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "was created from another sweep file" in err and SECRET not in err
+
+
+def test_unreachable_storage_is_one_line_without_the_password(tmp_path, capsys):
+    spec = smoke_file(tmp_path, "smoke")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql+psycopg2://sweeper:{SECRET}@127.0.0.1:{port}/sweeps"
+    assert sweep.main(["--config", str(spec), "--storage", url, "--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --storage postgresql+psycopg2://sweeper:***@127.0.0.1:{port}/")
+    assert SECRET not in err[0]
+
+
+def test_shown_hides_passwords_in_urls_sqlalchemy_cannot_parse():
+    assert sweep.shown(f"weird://user:{SECRET}@host/x") == "weird://user:***@host/x"
+    assert sweep.shown(f"not a url //user:pa@ss{SECRET}@host/x") == "not a url //user:***@host/x"
+    assert sweep.shown("sqlite:////tmp/study.db") == "sqlite:////tmp/study.db"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set PROJECT_TEST_POSTGRES_URL (.ci/run starts one)")
+def test_postgresql_password_is_never_printed_or_written(fashion_data, tmp_path):
+    """A real sweep trial on PostgreSQL with a password in the URL (the CI server trusts 127.0.0.1, so any
+    password connects), given as --storage and as OPTUNA_STORAGE: neither the output, nor any file written,
+    nor the study's or trials' attributes hold it."""
+    name = f"secret_{uuid.uuid4().hex[:8]}"
+    spec = smoke_file(tmp_path, name)
+    url = with_password(POSTGRES)
+    outputs = []
+    steps = [(["--storage", url, "--report"], {}),  # before the study exists
+             (["--n_trials", "1"], {"OPTUNA_STORAGE": url}),  # one trial, the URL from the environment
+             (["--storage", url, "--report"], {})]  # fmt: skip
+    for extra, env in steps:
+        cmd = [sys.executable, "-m", "project.sweep", "--config", str(spec), *extra,
+               "--data.data_dir", str(fashion_data)]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+        outputs.append(subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300))
+    assert outputs[0].returncode == 2 and "no study" in outputs[0].stderr
+    assert outputs[1].returncode == 0, outputs[1].stderr[-3000:]
+    assert outputs[2].returncode == 0, outputs[2].stderr[-3000:]
+    for proc in outputs:
+        assert SECRET not in proc.stdout + proc.stderr
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {"trial.json", "config.yaml", "sweep-fit.log", "report.md"} <= {p.name for p in files}
+    assert [p for p in files if SECRET.encode() in p.read_bytes()] == []
+    study = optuna.load_study(study_name=name, storage=url)
+    attrs = [study.user_attrs] + [[t.user_attrs, t.system_attrs] for t in study.get_trials()]
+    assert len(attrs) == 2 and SECRET not in json.dumps(attrs, default=str)
