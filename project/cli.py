@@ -29,7 +29,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from project import cluster
+from project import cluster, ddp  # noqa: F401  (ddp: every ddp* strategy name binds its rendezvous to one address)
 from project.callbacks import (
     CudnnFlags,
     LocalAtomicCheckpointIO,

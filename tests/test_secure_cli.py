@@ -4,11 +4,13 @@ flags under every precision ``auto_precision`` picks, storage passwords, the DDP
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 import torch
 import yaml
 from helpers import REPO, results, run_dirs, run_main, tiny_args
+from lightning.pytorch.callbacks import Callback
 from sqlalchemy.engine import make_url
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -290,3 +293,87 @@ def test_postgresql_password_is_never_printed_or_written(fashion_data, tmp_path)
     study = optuna.load_study(study_name=name, storage=url)
     attrs = [study.user_attrs] + [[t.user_attrs, t.system_attrs] for t in study.get_trials()]
     assert len(attrs) == 2 and SECRET not in json.dumps(attrs, default=str)
+
+
+# -- the DDP rendezvous listens on 127.0.0.1 on one node ------------------------------------------------------
+
+
+class Hold(Callback):
+    """Test-only: each rank writes ``ready-<rank>`` into ``$HOLD_DIR`` at the start of training and waits there for
+    a ``go`` file, so a test can look at the run's sockets while every process is alive."""
+
+    def on_train_start(self, trainer, pl_module):
+        folder = os.environ.get("HOLD_DIR")
+        if not folder:
+            return
+        Path(folder, f"ready-{trainer.global_rank}").write_text(str(os.getpid()))
+        for _ in range(6000):  # 10 min at most, should the test die
+            if Path(folder, "go").exists():
+                return
+            time.sleep(0.1)
+
+
+def listening(pids: set[int]) -> list[str]:
+    """``address:port`` of every TCP socket in LISTEN state that one of ``pids`` holds (from /proc)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    found = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                addr, port = local.split(":")
+                raw = bytes.fromhex(addr)
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # per-word host byte order
+                found.append(f"{socket.inet_ntop(family, raw)}:{int(port, 16)}")
+    return found
+
+
+def tree(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+    found, todo = {pid}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "HOLD_DIR": str(hold)}
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    cmd = [
+        sys.executable, "-m", "project.fit", "--config", str(REPO / "configs/fashion_mnist.yaml"),
+        "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"), "--data.data_dir", str(fashion_data),
+        "--data.num_workers", "0", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+        "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
+        "--trainer.enable_progress_bar", "false", "--trainer.callbacks+=test_secure_cli.Hold",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        while len(list(hold.glob("ready-*"))) < 2 and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        sockets = listening(tree(proc.pid))
+    finally:
+        (hold / "go").touch()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    # rank 0's rendezvous store and each rank's gloo socket, all on the loopback interface
+    assert len(sockets) >= 3, sockets
+    assert all(s.rsplit(":", 1)[0] in ("127.0.0.1", "::1") for s in sockets), sockets
