@@ -23,6 +23,7 @@ import yaml
 from helpers import REPO, results, run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import Callback
 from sqlalchemy.engine import make_url
+from test_paths import SWITCHES
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -377,3 +378,21 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
     # rank 0's rendezvous store and each rank's gloo socket, all on the loopback interface
     assert len(sockets) >= 3, sockets
     assert all(s.rsplit(":", 1)[0] in ("127.0.0.1", "::1") for s in sockets), sockets
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("picked", ["32-true", "bf16-mixed", "16-mixed"])
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_every_switch_under_each_auto_precision(name, picked, tiny_mnist, tmp_path, monkeypatch):
+    """tests/test_paths.py's switch matrix, with auto_precision picking each precision it can pick."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(project.cli, "fastest_precision", lambda accelerator: picked)
+    extra, expected = SWITCHES[name]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--auto_precision", "true", *extra)) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    r = results(run)
+    assert r["test_samples"] == 100 and 0 <= r["test_acc"] <= 1
+    for key, value in expected.items():
+        assert r[key] == value, key
+    if "--trainer.precision" not in extra and not {"precision", "requested_precision"} & set(expected):
+        assert r["precision"] == {"16-mixed": "bf16-mixed"}.get(picked, picked)
