@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import tempfile
@@ -89,8 +90,10 @@ class Pruning(ModelPruning):
     Every checkpoint (``ModelCheckpoint``'s, ``trainer.save_checkpoint``'s, at any point of the schedule, with
     or without ``make_pruning_permanent``) holds the plain, mask-applied weights under the net's own parameter
     names, so it loads with ``ImageClassifier.load_from_checkpoint`` and strictly into an unpruned net; the
-    masks and the schedule travel in the callback's state. Several ``Pruning`` callbacks with different
-    settings can run in one Trainer (each has its own ``state_key``).
+    masks and the schedule travel in the callback's state. Several ``Pruning`` callbacks can run in one Trainer,
+    with different or identical settings (like Lightning's ``ModelPruning``): each has its own ``state_key``, the
+    settings plus, from the second callback with the same settings on, its place among them (``copy``), so a
+    resumed run gives each callback its own state back.
 
     Args:
         method: ``"l1_unstructured"`` (recipe default), ``"random_unstructured"`` or ``"ln_structured"``.
@@ -153,10 +156,30 @@ class Pruning(ModelPruning):
         self._names: dict[int, str] = {}
         self._pending_masks: dict[str, torch.Tensor] | None = None
         self._pruned = False
+        # Which copy of these settings this is: provisional (in order of creation) until numbered among a
+        # Trainer's callbacks (number_copies), then the order in which that Trainer lists them.
+        self.copy = next(Pruning._created.setdefault(repr(self.schedule()), itertools.count()))
+
+    _created: dict[str, itertools.count] = {}
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(**self.schedule())
+        copy = {"copy": self.copy} if self.copy else {}
+        return self._generate_state_key(**self.schedule(), **copy)
+
+    @staticmethod
+    def number_copies(callbacks: list[Callback]) -> None:
+        """Number the ``Pruning`` callbacks of one Trainer that have identical settings, in list order (0, 1, ...).
+
+        Called at ``setup`` and by the CLI once its Trainer is built; the numbers are what tie each callback to
+        its state in a checkpoint, so a run resumed with the same callbacks in the same order gets each its own.
+        """
+        seen: dict[str, int] = {}
+        for cb in callbacks:
+            if isinstance(cb, Pruning):
+                key = repr(cb.schedule())
+                cb.copy = seen.get(key, 0)
+                seen[key] = cb.copy + 1
 
     def schedule(self) -> dict[str, Any]:
         """The settings that decide which weights are pruned when (stored in checkpoints, compared on resume)."""
@@ -198,6 +221,7 @@ class Pruning(ModelPruning):
         return [(f"{self._names[id(m)]}.{name}", getattr(m, name).detach()) for m, name in self._parameters_to_prune]
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        Pruning.number_copies(trainer.callbacks)
         if stage != "fit":
             return
         super().setup(trainer, pl_module, stage)

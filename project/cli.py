@@ -23,30 +23,36 @@ from typing import Any, NoReturn
 
 import lightning as L
 import torch
+import yaml
 from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from project import cluster
+from project import cluster, ddp  # noqa: F401  (ddp: every ddp* strategy name binds its rendezvous to one address)
 from project.callbacks import (
     CudnnFlags,
     LocalAtomicCheckpointIO,
+    Pruning,
     RunCheckpoint,
     StepLearningRateMonitor,
     Throughput,
 )
 from project.data import VisionDataModule
-from project.errors import ConfigError, UserError
+from project.errors import ConfigError, UserError, yaml_problem
 from project.module import ImageClassifier
 from project.report import TensorBoardLayout
 
 log = logging.getLogger("project")
 
 DEFAULT_LOGGER = {
-    "class_path": "project.report.TensorBoardLogger",
+    "class_path": "project.report.RunTensorBoardLogger",
     "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False, "log_graph": True},
 }
+LIGHTNING_TENSORBOARD = (
+    "lightning.pytorch.loggers.TensorBoardLogger",
+    "lightning.pytorch.loggers.tensorboard.TensorBoardLogger",
+)
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
 HELP_OVERVIEW = """The project's own options: --model.* (net, widths, optimizer, lr_scheduler, channels_last, compile),
 --data.* (data_dir, source_dir, batch_size, num_workers, val_size, in_memory; see
@@ -163,6 +169,7 @@ class ProjectCLI(LightningCLI):
         # Explicit args (the bench, evaluate, sweeps and tests build an experiment inside another program) are the
         # whole command line: the host program's own sys.argv is none of the experiment's business, and Lightning
         # warns when it sees both.
+        check_config_files(sys.argv[1:] if args is None else args)
         if args is None:
             return super().parse_arguments(parser, args)
         argv = sys.argv
@@ -221,6 +228,11 @@ class ProjectCLI(LightningCLI):
             )
         if cfg.auto_precision and cfg.trainer.precision is None:
             cfg.trainer.precision = fastest_precision(cfg.trainer.accelerator)
+        for item in cfg.trainer.logger if isinstance(cfg.trainer.logger, list) else [cfg.trainer.logger]:
+            # Lightning's TensorBoardLogger (its shorthand `--trainer.logger TensorBoardLogger` or its class path)
+            # runs as the project's drop-in subclass: same arguments and files, the project's TensorBoard fixes.
+            if getattr(item, "class_path", None) in LIGHTNING_TENSORBOARD:
+                item.class_path = DEFAULT_LOGGER["class_path"]
         logger = cfg.trainer.logger
         if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
             # TensorBoard's graph is a torch.jit.trace, which cannot trace a torch.compile'd forward.
@@ -307,6 +319,7 @@ class ProjectCLI(LightningCLI):
             # Lightning says this as a long UserWarning with a source line; we say it once, plainly, below.
             warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
             trainer = super().instantiate_trainer(**kwargs)
+        Pruning.number_copies(trainer.callbacks)  # before a resume looks up each one's state
         trainer.callbacks.append(Throughput())
         if cluster.slurm_job() is not None:
             trainer.callbacks.append(cluster.SlurmRequeue())
@@ -322,6 +335,30 @@ class ProjectCLI(LightningCLI):
                 trainer.precision,
             )
         return trainer
+
+
+def check_config_files(args: Any) -> None:
+    """Read every YAML/JSON config file named in ``args`` (``--config`` files, overlays, a file given as an
+    option's value) with the safe loader first, so that a syntax error names the file, line and column.
+
+    jsonargparse parses the same files afterwards; its own message says ``"<unicode string>"`` instead of the file.
+
+    Raises:
+        ConfigError: ``<file>, line L, column C: <what the YAML parser found>``.
+    """
+    if not isinstance(args, (list, tuple)):
+        return
+    for arg in args:
+        value = str(arg).split("=", 1)[1] if str(arg).startswith("--") and "=" in str(arg) else str(arg)
+        path = Path(value)
+        if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.is_file():
+            continue
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(yaml_problem(path, e)) from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read the config file ({e})") from None
 
 
 def fastest_precision(accelerator: Any) -> str:

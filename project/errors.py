@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class UserError(Exception):
@@ -26,6 +26,22 @@ def require(condition: bool, key: str, message: str) -> None:
     """Raise :class:`ConfigError` ``"<key>: <message>"`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(f"{key}: {message}")
+
+
+def yaml_problem(path: Any, error: Exception) -> str:
+    """One line for a YAML (or JSON) syntax error in file ``path``: ``<path>, line L, column C: <problem>``
+    (1-based, where the parser stopped), from PyYAML's ``MarkedYAMLError``; without a position, the file and
+    the parser's own words."""
+    mark, start = getattr(error, "problem_mark", None), getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or " ".join(str(error).split())
+    context = getattr(error, "context", None)
+    if context and start is not None and (mark is None or (start.line, start.column) != (mark.line, mark.column)):
+        context = f"{context} that starts at line {start.line + 1}, column {start.column + 1}"
+    what = f"{problem} ({context})" if context else problem
+    mark = mark or start
+    if mark is None:
+        return f"{path}: not valid YAML: {what}"
+    return f"{path}, line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {what}"
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -9,6 +9,7 @@ instead of averaging per-batch accuracies. The optimizer and LR scheduler are in
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import os
 from typing import Any, Literal
@@ -24,6 +25,8 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from project.errors import ConfigError, DivergenceError
 from project.nets import NETS, build_net
 from project.runs import to_builtin
+
+log = logging.getLogger("project")
 
 
 class ImageClassifier(L.LightningModule):
@@ -285,6 +288,13 @@ class ImageClassifier(L.LightningModule):
             opt = self.optimizer(self.parameters())
         except (TypeError, ValueError) as e:
             raise ConfigError(f"model.optimizer: {e}") from None
+        if opt.defaults.get("fused") and self.trainer.gradient_clip_val and self.trainer.precision.endswith("-mixed"):
+            # Lightning refuses to clip the gradients of a fused optimizer under any *-mixed precision (a fused
+            # step unscales 16-mixed gradients itself, after clipping would have run); the unfused step computes
+            # the same update, so the run clips with it.
+            log.info("gradient clipping under %s precision: %s runs unfused", self.trainer.precision,
+                     type(opt).__name__)  # fmt: skip
+            opt = self.optimizer(self.parameters(), fused=False)
         if self.lr_scheduler is None:
             return opt
         kwargs: dict[str, Any] = {}

@@ -126,10 +126,15 @@ LAYOUT: dict[str, dict[str, list]] = {
 }
 
 
-class TensorBoardLogger(_TensorBoardLogger):
+class RunTensorBoardLogger(_TensorBoardLogger):
     """Lightning's ``TensorBoardLogger`` (same arguments, same files), minus the ``epoch`` scalar Lightning adds
     to every logging call: TensorBoard's TIME SERIES tab sorts tag groups by name and would open on that
-    staircase. The epoch is still in every checkpoint, ``results.json`` and the per-epoch tags' steps."""
+    staircase. The epoch is still in every checkpoint, ``results.json`` and the per-epoch tags' steps.
+
+    Named apart from Lightning's class so that the shorthand ``--trainer.logger TensorBoardLogger`` names one class
+    (jsonargparse refuses a short name two classes share); :class:`project.cli.ProjectCLI` runs a Lightning
+    ``TensorBoardLogger`` config as this class. ``project.report.TensorBoardLogger`` (older runs' ``config.yaml``)
+    is the same class."""
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
@@ -159,6 +164,8 @@ class TensorBoardLogger(_TensorBoardLogger):
                 input_array = trainer.precision_plugin.convert_input(input_array)
             super().log_graph(model, input_array)
 
+
+TensorBoardLogger = RunTensorBoardLogger  # the class path older runs' config.yaml names
 
 # TensorBoard's HPARAMS tab shows (ticks) the first five hparams, those marked `differs` first: these five.
 KEY_HPARAMS = ("net", "optimizer", "lr", "batch_size", "precision")

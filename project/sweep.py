@@ -4,7 +4,7 @@ A sweep is an Optuna study whose trials are ordinary ``python -m project.fit`` r
 
     python -m project.sweep --config configs/sweeps/pruning.yaml --data.source_dir /usr/share/datasets/fashion-mnist
     python -m project.sweep --config configs/sweeps/lr.yaml --workers 2
-    python -m project.sweep --config configs/sweeps/lr.yaml --storage postgresql://user:pw@db/sweeps   # many machines
+    OPTUNA_STORAGE=postgresql://user:pw@db/sweeps python -m project.sweep --config configs/sweeps/lr.yaml  # shared
     python -m project.sweep --config configs/sweeps/lr.yaml --report          # tables and plots, at any time
 
 Arguments after the sweep's own options are fit overrides added to the sweep file's base experiment.
@@ -13,7 +13,8 @@ Arguments after the sweep's own options are fit overrides added to the sweep fil
   the objective from ``results.json``, seeds, sampler, pruner.
 * Each trial trains in ``<save_dir>/<name>/version_<n>/`` (``n``: the number of the trial that first ran the
   point), a complete run folder plus ``trial.json`` (trial numbers, parameters, seed, state, value).
-* Storage: ``sqlite:///<save_dir>/<name>/study.db`` unless ``--storage`` names another Optuna RDB URL.
+* Storage: ``sqlite:///<save_dir>/<name>/study.db`` unless ``--storage`` (or ``OPTUNA_STORAGE``) names another
+  Optuna RDB URL; its password is never printed or written (:func:`shown`).
   Running the same command again continues the study. Grid points (× seeds) are enqueued once by the
   process that creates the study; a worker only takes queued trials (Optuna pops each one atomically), so no
   point runs twice. A worker that dies stops sending heartbeats; after ``3 × heartbeat_s`` its trial is
@@ -31,6 +32,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -47,6 +49,7 @@ import optuna
 import yaml
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from project import runs
 from project.errors import ArgumentParser, ConfigError
@@ -174,6 +177,31 @@ def default_storage(folder: Path) -> str:
     return f"sqlite:///{folder.resolve() / 'study.db'}"
 
 
+def shown(url: str) -> str:
+    """A storage URL fit to print or store: its password replaced by ``***`` (SQLAlchemy's own rendering of a
+    URL; for a string SQLAlchemy cannot parse, whatever sits between ``user:`` and ``@``)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError, TypeError):
+        return re.sub(r"(//[^/@:]*:)[^/]*@", r"\1***@", url)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """``text`` (an error message, a log line) with ``url`` and its password replaced as in :func:`shown`."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    text = text.replace(url, shown(url))
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError, TypeError):
+        password = None
+    return text.replace(str(password), "***") if password else text
+
+
 def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
     """Load the sweep's study; with ``create``, create it first (enqueueing a grid's points) if it is new.
 
@@ -181,7 +209,12 @@ def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
         ConfigError: the storage holds a study of this name made from another sweep file or base config.
     """
     sweep = ctx.sweep
-    storage = open_storage(ctx.storage_url, sweep.heartbeat_s, sweep.max_retry)
+    where = shown(ctx.storage_url)  # never the password: error lines end up in logs and CI output
+    try:
+        storage = open_storage(ctx.storage_url, sweep.heartbeat_s, sweep.max_retry)
+    except (ImportError, ValueError, SQLAlchemyError) as e:
+        why = scrubbed(" ".join(str(e).split("\n")[0].split()), ctx.storage_url)
+        raise ConfigError(f"--storage {where}: cannot open the study's storage ({type(e).__name__}: {why})") from None
     sampler: optuna.samplers.BaseSampler
     if sweep.sampler == "tpe":
         sampler = optuna.samplers.TPESampler(seed=sweep.sampler_seed)
@@ -209,16 +242,16 @@ def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
     try:
         study = optuna.load_study(**kwargs)
     except KeyError:
-        raise ConfigError(f"no study {sweep.name!r} in {ctx.storage_url}; run the sweep first") from None
+        raise ConfigError(f"no study {sweep.name!r} in {where}; run the sweep first") from None
     for _ in range(600):
         if study.user_attrs.get("ready"):
             break
         time.sleep(0.1)  # another worker is still enqueueing the grid
     else:
-        raise ConfigError(f"study {sweep.name!r} in {ctx.storage_url} was never completely set up; delete it")
+        raise ConfigError(f"study {sweep.name!r} in {where} was never completely set up; delete it")
     if study.user_attrs.get("sweep") != identity:
         raise ConfigError(
-            f"study {sweep.name!r} in {ctx.storage_url} was created from another sweep file or base config; "
+            f"study {sweep.name!r} in {where} was created from another sweep file or base config; "
             "change the sweep's name or --storage, or run it with its original settings"
         )
     return study
@@ -299,7 +332,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         if proc.returncode >= 0:
             break  # else a signal killed fit while this worker lives: resume it here
     if proc.returncode != 0:
-        error = _last_error(run / "sweep-fit.log")
+        error = scrubbed(_last_error(run / "sweep-fit.log"), ctx.storage_url)
         info.update(state="failed", error=error)
         runs.write_json(run / TRIAL_FILE, info)
         raise TrialFailed(f"trial {trial.number}: fit exited with {proc.returncode}: {error}")
@@ -372,12 +405,15 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         epilog="Further --key value arguments are fit overrides of the base experiment.",
     )
     p.add_argument("--config", required=True, help="the sweep file (configs/sweeps/<name>.yaml)")
-    p.add_argument("--storage", default=None, help="an Optuna RDB storage URL (default: study.db in the sweep folder)")
+    p.add_argument("--storage", default=None, help="an Optuna RDB storage URL (default: $OPTUNA_STORAGE, else study.db "
+                   "in the sweep folder); keep a password out of the command line: OPTUNA_STORAGE, or ~/.pgpass")
     p.add_argument("--n_trials", type=int, default=None, help="trials in all (default: the sweep file's / the grid)")
     p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
     p.add_argument("--report", action="store_true", help="only print the report (tables, best point, plots)")
     p.add_argument("--worker_only", action="store_true", help=argparse.SUPPRESS)  # a --workers child: no report
     ns, extra = p.parse_known_args(argv)
+    # Optuna's own convention (its CLI reads it too): the URL from the environment, out of every process listing.
+    ns.storage = ns.storage or os.environ.get("OPTUNA_STORAGE") or None
     bad = [a for a in extra if a.startswith("-") and not a.startswith("--")]
     if bad or (extra and not extra[0].startswith("--")):
         p.error(f"unrecognized arguments: {' '.join(extra)} (fit overrides look like --trainer.max_epochs 2)")

@@ -37,7 +37,7 @@ from typing import Any
 import optuna
 import yaml
 
-from project.errors import ConfigError
+from project.errors import ConfigError, yaml_problem
 
 SWEEP_KEYS = (
     "name",
@@ -168,7 +168,9 @@ def load_sweep(path: Path, n_trials: int | None = None) -> Sweep:
     """
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config: {yaml_problem(path, e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--config: cannot read {path} ({type(e).__name__})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping with keys {', '.join(SWEEP_KEYS)}")

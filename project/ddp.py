@@ -1,0 +1,103 @@
+"""DDP's rendezvous on one address: :class:`BoundDDPStrategy`, as which every ``ddp*`` strategy name runs.
+
+The processes of a DDP run meet at a ``torch.distributed.TCPStore`` that rank 0 serves on ``MASTER_PORT``.
+Created by ``init_process_group("env://")``, as Lightning does, it listens on every interface (measured with
+``ss -ltnp`` during a two-process CPU run: ``*:<MASTER_PORT>``), so anyone on the network can reach it while the
+run lives, and it accepts any client. Here it listens on 127.0.0.1 for a single-node run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+from lightning.fabric.plugins.environments import TorchElasticEnvironment
+from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+
+LOOPBACK = "127.0.0.1"
+
+
+class BoundDDPStrategy(DDPStrategy):
+    """Lightning's ``DDPStrategy`` whose rendezvous store listens on one address: 127.0.0.1 on a single node.
+
+    The processes of a DDP run meet at a ``torch.distributed.TCPStore`` that rank 0 serves on
+    ``MASTER_PORT``; created by ``init_process_group("env://")``, as Lightning does, it listens on every
+    interface, so anyone on the network can reach it while the run lives (it accepts any client). This class
+    creates the store itself, on a socket bound to ``listen_address`` (``TCPStore(master_listen_fd=...)``,
+    torch's public argument), and hands it to ``init_process_group(store=...)``; Lightning then finds the
+    process group ready. On one node it also points the backend's own sockets at the loopback interface
+    (``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``, unless already set), which otherwise bind the address the
+    host name resolves to.
+
+    Every ``ddp*`` strategy name (``ddp``, ``ddp_spawn``, ``ddp_find_unused_parameters_true``, ...) runs as this
+    class once :mod:`project.ddp` is imported (the CLI does), with the same options.
+
+    Args:
+        listen_address: the address the store binds. Default: ``127.0.0.1`` with ``num_nodes: 1``; with several
+            nodes the other nodes must reach it, so by default it listens on every interface, as torch's does:
+            set it to rank 0's address on the cluster network (and ``GLOO_SOCKET_IFNAME`` /
+            ``NCCL_SOCKET_IFNAME`` to that network's interface). Under ``torchrun`` the store is torchrun's
+            own (its ``--rdzv-endpoint`` / ``--master-addr``) and this setting is not used.
+        **kwargs: Lightning's ``DDPStrategy`` arguments (``timeout``, ``process_group_backend``, ...).
+    """
+
+    def __init__(self, *args: Any, listen_address: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listen_address = listen_address
+        self.rendezvous_timeout: timedelta = kwargs.get("timeout") or dist.default_pg_timeout
+
+    def setup_distributed(self) -> None:
+        if not dist.is_initialized() and not TorchElasticEnvironment.detect():
+            self.set_world_ranks()
+            single = self.num_nodes == 1
+            address = self.listen_address or (LOOPBACK if single else None)
+            if address is not None:
+                if single:
+                    loopback_interfaces()
+                self._init_with_store(address, LOOPBACK if single else self.cluster_environment.main_address)
+        super().setup_distributed()  # Lightning's own steps; it finds the process group initialized
+
+    def _init_with_store(self, address: str, connect_to: str) -> None:
+        port = self.cluster_environment.main_port
+        if self.global_rank == 0:
+            server = socket.create_server((address, port), family=socket.AF_INET6 if ":" in address else socket.AF_INET)
+            store = dist.TCPStore(address, port, self.world_size, True, self.rendezvous_timeout,
+                                  master_listen_fd=server.detach())  # fmt: skip  (the store owns the socket now)
+        else:
+            store = dist.TCPStore(connect_to, port, self.world_size, False, self.rendezvous_timeout)
+        cuda = self.root_device.type == "cuda"
+        backend = self.process_group_backend or ("nccl" if cuda else "gloo")
+        dist.init_process_group(backend, store=store, rank=self.global_rank, world_size=self.world_size,
+                                timeout=self.rendezvous_timeout,
+                                device_id=self.root_device if cuda else None)  # fmt: skip
+        atexit.register(destroy_process_group)
+
+
+def destroy_process_group() -> None:
+    """At exit, as Lightning does for the process groups it creates (NCCL warns about one left behind)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def loopback_interfaces() -> None:
+    """Let gloo and NCCL open their sockets on the loopback interface (``lo``/``lo0``), unless told otherwise."""
+    names = {name for _, name in socket.if_nameindex()}
+    lo = next((n for n in ("lo", "lo0") if n in names), None)
+    if lo is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
+
+
+def _register() -> None:
+    for name in list(StrategyRegistry):
+        entry = StrategyRegistry[name]
+        if entry["strategy"] is DDPStrategy:
+            StrategyRegistry.register(name, BoundDDPStrategy, description=entry["description"], override=True,
+                                      **entry["init_params"])  # fmt: skip
+
+
+_register()
