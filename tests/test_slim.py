@@ -147,8 +147,9 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
     params = [e.value for e in events.Scalars("slim/params")]
     assert params == [431_080, SLIM_LENET_PARAMS, SLIM_LENET_PARAMS]  # one per epoch; slimmed at epoch 1
     assert [e.value for e in events.Scalars("slim/width/conv2")] == [50, 34, 34]
-    assert events.Scalars("test/macs_per_sample")[0].value == r["macs_per_sample"]
-    assert events.Scalars("test/params_before")[0].value == 431_080
+    hparams = EventAccumulator(str(run / "hparams")).Reload()  # the HPARAMS tab's metric columns
+    assert hparams.Scalars("test/macs_per_sample")[0].value == r["macs_per_sample"]
+    assert hparams.Scalars("test/params_before")[0].value == 431_080
     # export writes the slimmed net (about 46 % of the dense weights) and matches it on real test images
     assert export.main([str(run), "--ckpt", "last", "--repeats", "1"]) == 0
     record = json.loads((run / "export.json").read_text())["onnx"]
