@@ -167,10 +167,7 @@ class RunTensorBoardLogger(_TensorBoardLogger):
 
 TensorBoardLogger = RunTensorBoardLogger  # the class path older runs' config.yaml names
 
-# TensorBoard's HPARAMS tab shows (ticks) the first five hparams, those marked `differs` first: these five.
-KEY_HPARAMS = ("net", "optimizer", "lr", "batch_size", "precision")
-# results.json key -> the scalar tag the HPARAMS tab reads it from: the run's own test tags, the rest beside the
-# curves of their group (a group named after the HPARAMS tab would sort first in TIME SERIES, as single dots).
+# The HPARAMS tab's metric columns: results.json key -> scalar tag, written once into the run's `hparams` session.
 HP_METRICS = {
     "test_acc": "test/acc",
     "test_loss": "test/loss",
@@ -184,6 +181,8 @@ HP_METRICS = {
     "macs_per_sample_before": "test/macs_per_sample_before",
     "checkpoint_bytes": "test/checkpoint_bytes",
 }
+# The sub-folder of a run folder that holds its HPARAMS session (TensorBoard shows it as the run `<run>/hparams`).
+HPARAMS_RUN = "hparams"
 
 
 def _writer(trainer: L.Trainer) -> Any:
@@ -252,62 +251,58 @@ def trial_hparams(run: Path | None) -> dict[str, Any]:
 
 
 def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None:
-    """Write the run's HPARAMS entry once (rank 0): :func:`hparams_of` as columns, :data:`HP_METRICS` as metrics.
+    """Write the run's HPARAMS session (rank 0): :func:`hparams_of` (and a sweep trial's :func:`trial_hparams`) as
+    columns, :data:`HP_METRICS` as metric columns, into ``<run>/hparams/`` (:data:`HPARAMS_RUN`).
 
-    Written with TensorBoard's own hparams protos (its summary helper needs TensorFlow), so booleans are
-    booleans (torch's helper turns them into numbers). The HPARAMS plugin reads metric values from scalars:
-    ``test/acc`` and ``test/loss`` as the test loop logged them, the others (:data:`HP_METRICS`) written once
-    at the final step.
+    TensorBoard's HParams plugin (``backend_context.Context.experiment_from_metadata``) takes the whole table's
+    columns from the first ``_hparams_/experiment`` summary it finds under ``--logdir``, of whichever run; without
+    one it builds them from every run's session (``_hparams_/session_start_info``): the union of their hparams,
+    those whose values differ among the runs listed first, and as metrics the scalars inside the session folders.
+    So no run writes an experiment summary, and each run's session and its metric scalars live in their own folder
+    (the run's curves beside it would otherwise all become metric columns): any logdir -- one run, an experiment,
+    a sweep, ``logs`` with fit runs and sweeps together -- shows every run's columns, a sweep trial's ``trial`` and
+    swept keys included. Written with TensorBoard's own protos (its summary helper needs TensorFlow), so booleans
+    stay booleans. A resumed run replaces its session.
     """
-    from google.protobuf import struct_pb2
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+    from torch.utils.tensorboard import SummaryWriter
 
-    writer = _writer(trainer)
-    if writer is None:
+    if _writer(trainer) is None or not results.get("log_dir"):
         return
     # results["log_dir"], not trainer.log_dir: under DDP that is a collective, and this runs on rank 0 only
-    swept = trial_hparams(Path(results["log_dir"]) if results.get("log_dir") else None)
-    params = hparams_of(trainer, model, results) | swept
-    metrics = {tag: float(results[k]) for k, tag in HP_METRICS.items() if results.get(k) is not None}
-    domains = {"precision": ["32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true"]}
-    infos, start = [], plugin_data_pb2.SessionStartInfo()
+    folder = Path(results["log_dir"]) / HPARAMS_RUN
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink()  # the link itself: nothing is written through it
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("events.out.tfevents.*"):  # a resumed run's earlier session
+        old.unlink()
+    params = hparams_of(trainer, model, results) | trial_hparams(folder.parent)
+    start = plugin_data_pb2.SessionStartInfo()
     for name, value in params.items():
         if isinstance(value, bool):
-            kind, start.hparams[name].bool_value = api_pb2.DATA_TYPE_BOOL, value
+            start.hparams[name].bool_value = value
         elif isinstance(value, str):
-            kind, start.hparams[name].string_value = api_pb2.DATA_TYPE_STRING, value
+            start.hparams[name].string_value = value
         else:
-            kind, start.hparams[name].number_value = api_pb2.DATA_TYPE_FLOAT64, value
-        # TensorBoard lists (and ticks) hparams marked `differs` first: the ones users compare runs by.
-        # A sweep's trials: its trial number and swept keys instead (the tab shows only five).
-        info = api_pb2.HParamInfo(name=name, type=kind, differs=name in (swept or KEY_HPARAMS))
-        if name in domains:
-            info.domain_discrete.CopyFrom(struct_pb2.ListValue(values=[struct_pb2.Value(string_value=v)
-                                                                         for v in domains[name]]))  # fmt: skip
-        infos.append(info)
-    experiment = api_pb2.Experiment(
-        hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=t)) for t in metrics]
-    )
-    for name, value in metrics.items():
-        if name not in ("test/acc", "test/loss"):  # those two the test loop has logged already
-            writer.add_scalar(name, value, trainer.global_step)
+            start.hparams[name].number_value = value
 
     def summary(tag: str, **data: Any) -> Summary:
         content = plugin_data_pb2.HParamsPluginData(version=metadata.PLUGIN_DATA_VERSION, **data)
         plugin = SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=content.SerializeToString())
         return Summary(value=[Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin))])
 
-    for summary_pb in (
-        summary(metadata.EXPERIMENT_TAG, experiment=experiment),
-        summary(metadata.SESSION_START_INFO_TAG, session_start_info=start),
-        summary(
-            metadata.SESSION_END_INFO_TAG,
-            session_end_info=plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS),
-        ),
-    ):
-        writer.file_writer.add_summary(summary_pb)
-    writer.flush()
+    step = trainer.global_step
+    writer = SummaryWriter(str(folder))
+    try:
+        writer.file_writer.add_summary(summary(metadata.SESSION_START_INFO_TAG, session_start_info=start), step)
+        for key, tag in HP_METRICS.items():
+            if results.get(key) is not None:
+                writer.add_scalar(tag, float(results[key]), step)
+        end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
+        writer.file_writer.add_summary(summary(metadata.SESSION_END_INFO_TAG, session_end_info=end), step)
+    finally:
+        writer.close()
 
 
 def confusion_figure(confusion: torch.Tensor, labels: list[str] | None = None) -> Any:

@@ -188,7 +188,10 @@ class StructuredPruning(Callback):
     removed fraction grows linearly to ``amount``: each prunable layer keeps ``floor(n0 * (1 - fraction))`` of
     its ``n0`` recipe channels (``global_pruning: false``), or all prunable layers together keep that fraction of
     their total, ranked against each other (``global_pruning: true``). Channels are ranked by the L1 or L2
-    norm of their weights (see :func:`slim`); the epochs after ``end_epoch`` fine-tune the slimmed net.
+    norm of their weights (see :func:`slim`). Each step comes at the start of its epoch, so epoch ``end_epoch`` and
+    the ones after it fine-tune the fully slimmed net: ``max_epochs - end_epoch`` epochs (one for
+    ``configs/slim.yaml``, ``start_epoch: 1``, with the shipped configs' ``max_epochs: 2``); a run too short to
+    reach ``end_epoch`` warns.
 
     Prunable: the nets' conv layers (``"Conv2d"``) and hidden linear layers (``"Linear"``), never the output
     layer. After each step the optimizers are rebuilt (:func:`rebuild_optimizers`), the module's ``widths``
@@ -300,13 +303,13 @@ class StructuredPruning(Callback):
             "macs_per_sample": macs_per_sample(hp.net, hp.num_classes, net.widths()),
         }
         last = (trainer.max_epochs or 0) - 1
-        if trainer.max_epochs not in (None, -1) and last <= self.end_epoch:
+        if trainer.max_epochs not in (None, -1) and last < self.end_epoch:
+            # the schedule does not finish: its last step would come at the start of an epoch that never runs
             reached = self.target_at(last)
             rank_zero_warn(
                 f"structured pruning runs to epoch {self.end_epoch} but max_epochs is {trainer.max_epochs}: "
-                f"{reached:.2f} of the channels will be removed (amount {self.amount:.2f}) and "
-                f"{max(0, last - self.end_epoch)} epochs fine-tune the slimmed net. Lower start_epoch/end_epoch "
-                "or raise trainer.max_epochs",
+                f"{reached:.2f} of the channels will be removed (amount {self.amount:.2f}). Lower "
+                f"start_epoch/end_epoch or raise trainer.max_epochs to {self.end_epoch + 1} or more",
                 category=UserWarning,
             )
 

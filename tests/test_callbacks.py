@@ -53,7 +53,7 @@ def tensorboard_hparams(run) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
-    acc = EventAccumulator(str(run)).Reload()
+    acc = EventAccumulator(str(run / "hparams")).Reload()
     out = {}
     for content in acc.PluginTagToContent("hparams").values():
         data = HParamsPluginData.FromString(content)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import warnings
 
 import lightning as L
 import pytest
@@ -146,8 +147,9 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
     params = [e.value for e in events.Scalars("slim/params")]
     assert params == [431_080, SLIM_LENET_PARAMS, SLIM_LENET_PARAMS]  # one per epoch; slimmed at epoch 1
     assert [e.value for e in events.Scalars("slim/width/conv2")] == [50, 34, 34]
-    assert events.Scalars("test/macs_per_sample")[0].value == r["macs_per_sample"]
-    assert events.Scalars("test/params_before")[0].value == 431_080
+    hparams = EventAccumulator(str(run / "hparams")).Reload()  # the HPARAMS tab's metric columns
+    assert hparams.Scalars("test/macs_per_sample")[0].value == r["macs_per_sample"]
+    assert hparams.Scalars("test/params_before")[0].value == 431_080
     # export writes the slimmed net (about 46 % of the dense weights) and matches it on real test images
     assert export.main([str(run), "--ckpt", "last", "--repeats", "1"]) == 0
     record = json.loads((run / "export.json").read_text())["onnx"]
@@ -307,3 +309,67 @@ def test_model_widths_trains_a_narrow_net_from_scratch(tiny_mnist, tmp_path, mon
     assert r["structured_pruning"] is None
     assert evaluate.main([str(run)]) == 0  # the run's own config builds this shape
     assert json.loads((run / "eval-best-test.json").read_text())["acc"] == r["test_acc"]
+
+
+# Every shipped config + overlay combination the README shows (and configs/mnist.yaml + slim.yaml): no schedule
+# warning, and with configs/slim.yaml one epoch trains the slimmed net, as the README says.
+SHIPPED = [
+    ("fashion_mnist.yaml", "slim.yaml", []),
+    ("mnist.yaml", "slim.yaml", []),
+    ("cifar10.yaml", "slim.yaml", ["--trainer.max_epochs", "2"]),  # the README's CIFAR-10 slim runs: 2 epochs
+    ("mnist.yaml", "pruning.yaml", ["--trainer.max_epochs", "3"]),
+    ("mnist.yaml", "pruning.yaml", []),
+    ("fashion_mnist.yaml", "pruning.yaml", []),
+]
+
+
+README_SAYS = {
+    "slim.yaml": "one dense epoch, one fine-tuning the slimmed net; no warning",
+    "pruning.yaml": "`configs/pruning.yaml` prunes at the start of epoch 1, so it needs `max_epochs` of 2 or more",
+}
+
+
+def shipped_args(data: dict, logs, base: str, overlay: str, *extra: str) -> list[str]:
+    return ["--config", str(REPO / "configs" / base), "--config", str(REPO / "configs" / overlay),
+            "--data.data_dir", str(data["data"]), "--data.source_dir", str(data["source"]), "--data.val_size", "100",
+            "--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.limit_train_batches", "2",
+            "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
+            "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(logs),
+            *extra]  # fmt: skip
+
+
+def schedule_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if "max_epochs is" in str(w.message)]
+
+
+@pytest.mark.parametrize(("base", "overlay", "extra"), SHIPPED, ids=lambda x: x if isinstance(x, str) else "")
+def test_shipped_overlays_run_their_schedule_without_a_warning(base, overlay, extra, request, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = request.getfixturevalue("tiny_cifar" if base.startswith("cifar") else "tiny_mnist")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run_main(shipped_args(data, tmp_path / "logs", base, overlay, *extra)) == 0
+    assert schedule_warnings(caught) == []
+    (run,) = run_dirs(tmp_path / "logs")
+    if overlay == "slim.yaml":
+        widths = [e.value for e in EventAccumulator(str(run)).Reload().Scalars("slim/width/conv1")]
+        dense = 20 if base != "cifar10.yaml" else 16
+        assert widths == [dense, kept(dense, 0.32)]  # epoch 0 dense, epoch 1 fine-tunes the slimmed net
+    readme = " ".join(REPO.joinpath("README.md").read_text().split())
+    assert README_SAYS[overlay] in readme
+
+
+def test_a_run_too_short_for_the_slim_schedule_warns_what_it_reaches(tiny_mnist, tmp_path, monkeypatch):
+    """configs/slim.yaml slims at the start of epoch 1: with max_epochs 1 nothing is removed, and the warning says so
+    (it said "0 epochs fine-tune the slimmed net" for the shipped max_epochs 2, which fine-tunes one)."""
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = ["fashion_mnist.yaml", "slim.yaml", "--trainer.max_epochs", "1"]
+        assert run_main(shipped_args(tiny_mnist, tmp_path / "logs", *args)) == 0
+    assert schedule_warnings(caught) == [
+        "structured pruning runs to epoch 1 but max_epochs is 1: 0.00 of the channels will be removed (amount 0.32). "
+        "Lower start_epoch/end_epoch or raise trainer.max_epochs to 2 or more"
+    ]
+    (run,) = run_dirs(tmp_path / "logs")
+    assert results(run)["widths"] == {"channels": [20, 50], "hidden": [500]}

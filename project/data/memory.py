@@ -81,6 +81,7 @@ class EpochBatches(ResumableState):
         return torch.where(flip[:, None, None, None], out.flip(3), out)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.begin_epoch()
         idx = torch.tensor(list(self.sampler), dtype=torch.int64).to(self.images.device, non_blocking=True)
         stop = len(idx) - len(idx) % self.batch_size if self.drop_last else len(idx)
         for start in range(0, stop, self.batch_size):

@@ -12,6 +12,14 @@ loader early, e.g. for ``trainer.estimated_stepping_batches``); both set the sam
 With the per-epoch order from :class:`ResumableSampler` (seed + epoch), a resumed run then sees the same
 batches as an uninterrupted one.
 
+Which epoch's order: ``trainer.current_epoch``'s, read at the epoch's first batch (:meth:`ResumableState.begin_epoch`).
+Two Lightning 2.6 behaviours made resumed runs train on another epoch's order before: the fit loop creates the
+training iterator (``FitLoop.setup_data``) before it calls ``sampler.set_epoch`` for the epoch it resumes, and a
+``DataLoader`` with worker processes draws its first indices the moment its iterator is created (epoch 0's order
+after every resume with ``num_workers > 0``); and with ``trainer.max_steps`` set, the count Lightning passes to
+``set_epoch`` runs one ahead of the epoch after a resume. :class:`ResumableLoader` therefore creates the
+``DataLoader`` iterator at the first batch, for every ``num_workers``/``persistent_workers``.
+
 Not restored: the global random state (only CIFAR-10's ``augment: true`` draws from it per batch).
 """
 
@@ -61,6 +69,16 @@ class ResumableState:
     sampler: Any
     batch_size: Any
 
+    def begin_epoch(self) -> None:
+        """Before an epoch's first batch: give the sampler ``trainer.current_epoch`` (no-op without a trainer).
+
+        Lightning's own ``set_epoch`` passes its count of processed epochs, which after a resume with
+        ``trainer.max_steps`` set counts the checkpoint's epoch twice (one from an epoch's end, or from a run that
+        ``max_steps`` stopped in the middle of an epoch); the epoch index does not.
+        """
+        if self.trainer is not None:
+            self.sampler.set_epoch(self.trainer.current_epoch)
+
     def state_dict(self) -> dict[str, int]:
         """``{"batches": n}``: batches of the current epoch trained when the checkpoint was written."""
         return {"batches": batches_done(self.trainer)}
@@ -72,3 +90,8 @@ class ResumableState:
 
 class ResumableLoader(ResumableState, DataLoader):
     """A ``DataLoader`` (same arguments) over a :class:`ResumableSampler` that resumes mid-epoch exactly."""
+
+    def __iter__(self) -> Iterator[Any]:
+        """The ``DataLoader``'s own iterator, created at the first ``next()`` (after Lightning's ``set_epoch``)."""
+        self.begin_epoch()
+        yield from super().__iter__()
