@@ -499,6 +499,10 @@ class RunCheckpoint(ModelCheckpoint):
             state["best_k_models"] = {}
         if not state.get("best_model_path"):
             state["best_model_score"] = None
+        if not state.get("last_model_path") and self.last_model_path:
+            # trainer.test(ckpt_path="best") restores the best checkpoint's state, saved before that step's
+            # last.ckpt: it would forget last.ckpt (results.json's last_ckpt and checkpoint_bytes were null)
+            state["last_model_path"] = self.last_model_path
         super().load_state_dict(state)
 
     def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:

@@ -4,7 +4,8 @@
 
     config.yaml                  the config the run started with (never rewritten)
     config-resume-<k>.yaml       the config of each resume into this folder
-    events.out.tfevents.*        TensorBoard: curves, layout, HPARAMS, images, PR curves, graph
+    events.out.tfevents.*        TensorBoard: curves, layout, images, PR curves, graph
+    hparams/events.out.tfevents.*  the run's HPARAMS session and metric columns (project.report.log_hparams)
     checkpoints/last.ckpt, checkpoints/epochNN-val_acc*.ckpt
     checkpoints/hpc_ckpt_<k>.ckpt  Lightning's SLURM preemption checkpoint (see project.cluster)
     slurm_job.json               the SLURM job that runs this folder, one entry per (re)start

@@ -292,6 +292,9 @@ def test_checkpoint_dirpath_file_url_lands_on_the_local_filesystem(scheme, tiny_
     assert not list(tmp_path.glob("file*")) and not list(tmp_path.glob("local*"))
     r = results(run_dirs(tmp_path / "logs")[0])
     assert Path(r["best_ckpt"]).parent == target
+    # the test on the best checkpoint restores its callback state; last.ckpt is still the run's last
+    last = target / "last.ckpt"
+    assert r["last_ckpt"] == str(last) and r["checkpoint_bytes"] == last.stat().st_size
 
 
 def test_readme_security_section_names_the_guarantees():
