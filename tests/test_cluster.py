@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+import yaml
 from helpers import REPO, results, run_dirs
 
 
@@ -250,19 +251,24 @@ def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
 def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     one_node_two_processes, fashion_data, tmp_path
 ):
-    """2 nodes x 1 process as deploy/kubernetes starts them (``torchrun --nnodes 2 --node_rank R`` with the first
-    node as master), on 127.0.0.1: one run folder, one results.json, the result of 1 node x 2 processes."""
+    """2 nodes x 1 process started as deploy/kubernetes/train.yaml starts them (its torchrun arguments, node rank
+    from the pod's completion index; here 1 CPU process per node, master on 127.0.0.1): one run folder, one
+    results.json, the result of 1 node x 2 processes."""
     _, port = free_port_for_slurm()
+    (job,) = [d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/train.yaml").read_text()) if d["kind"] == "Job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    launch = container["args"][: container["args"].index("project.fit") + 1]  # torchrun ... -m project.fit
+    assert launch[0] == "torchrun" and "--nnodes=2" in launch and "--node_rank=$(NODE_RANK)" in launch
+    here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
     args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-             "--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", str(port),
-             "-m", "project.fit", *args],
-            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        for node in (0, 1)
-    ]
+    procs = []
+    for node in (0, 1):
+        torchrun = [a.replace("$(NODE_RANK)", str(node)) for a in launch[1:]]  # as Kubernetes expands it
+        torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", *torchrun, *args], cwd=tmp_path, env=clean_env(),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))  # fmt: skip
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
 
 
