@@ -34,7 +34,12 @@ def stub_bin(tmp_path):
 def entry(tmp_path, *args, volumes, uid=None, home=None):
     env = {"PATH": f"{stub_bin(tmp_path)}{os.pathsep}/usr/bin:/bin", "PROJECT_VOLUMES": " ".join(map(str, volumes)),
            "HOME": str(home or tmp_path)}  # fmt: skip
-    cmd = ["sh", str(ENTRYPOINT), *args]
+    script = ENTRYPOINT
+    if uid is not None and os.geteuid() == 0:
+        script = tmp_path / "entrypoint.sh"  # readable by that uid wherever the checkout lies
+        shutil.copy(ENTRYPOINT, script)
+        script.chmod(0o755)
+    cmd = ["sh", str(script), *args]
     if uid is not None and os.geteuid() == 0:
         cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
