@@ -1,26 +1,52 @@
-# Training image: `docker run --gpus all IMAGE --config configs/cifar10.yaml`
-# The same Python packages as CI, at the same versions: everything comes from requirements.lock (pip-compile
-# output of pyproject.toml), including torch 2.14.1's CUDA 13 build, whose CUDA and cuDNN runtime libraries
-# are pip packages (nvidia-*) -- so a plain Python base image is enough; the host needs an NVIDIA driver
-# that supports CUDA 13 (>= 580) and the NVIDIA container toolkit for `--gpus`. x86_64 only (the lock is).
-FROM python:3.11.7-slim-bookworm
+# Training image: `docker run --gpus all IMAGE --config configs/cifar10.yaml` (README: Clusters)
+# Debian bookworm with Debian's own Python 3.11 in a virtual environment first on PATH, and the project's
+# runtime packages at exactly the versions of requirements.lock (pip-compile output of pyproject.toml, the
+# file CI installs), including torch 2.14.1's CUDA 13 build, whose CUDA and cuDNN runtime libraries are pip
+# packages (nvidia-*): the host needs an NVIDIA driver that supports CUDA 13 (>= 580) and the NVIDIA container
+# toolkit for `--gpus`. x86_64 only (the lock is). Only the product goes in (.dockerignore): no tests, no
+# scripts, no benchmarks, no test tools.
+# BASE: any Debian bookworm root file system. `docker build .` takes Debian's published bookworm-slim; CI
+# (.ci/image) passes one it built itself with debootstrap (no registry needed).
+ARG BASE=debian:bookworm-slim
+FROM ${BASE}
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+# ca-certificates: downloads from inside the container (torchvision's data sets) need them; it follows
+# bookworm's updates rather than a pinned version.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv "$VIRTUAL_ENV" \
+    && useradd --create-home --uid 1000 trainer
 
 WORKDIR /app
-COPY requirements.lock ./
-RUN pip install --no-cache-dir -r requirements.lock
-COPY pyproject.toml README.md ./
+# PIP_CONFIG_FILE: a pip configuration for these build steps only (CI passes its machine's index settings).
+ARG PIP_CONFIG_FILE
+COPY requirements.lock pyproject.toml ./
+# The runtime dependencies of pyproject.toml (not the test extra), each at its locked version; this layer
+# changes only with the lock or pyproject.toml.
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.in \
+    && pip install --no-cache-dir -c requirements.lock pip setuptools \
+    && pip install --no-cache-dir -c requirements.lock -r /tmp/requirements.in \
+    && rm /tmp/requirements.in
+COPY README.md ./
 COPY project/ project/
-RUN pip install --no-cache-dir --no-deps . \
-    && useradd --create-home --uid 1000 trainer \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
+    && pip check \
+    && rm -rf build project.egg-info \
     && mkdir -p /app/data /app/logs \
     && chown trainer:trainer /app/data /app/logs
 COPY configs/ configs/
+COPY deploy/docker/entrypoint.sh /usr/local/bin/project-entrypoint
 
 USER 1000:1000
 VOLUME ["/app/data", "/app/logs"]
-ENTRYPOINT ["python", "-m", "project.fit"]
+ENTRYPOINT ["project-entrypoint"]
 CMD ["--config", "configs/mnist.yaml"]

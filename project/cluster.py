@@ -1,4 +1,4 @@
-"""SLURM preemption: a requeued job resumes in its own run folder.
+"""SLURM preemption (and a restarted Kubernetes Job): a requeued job resumes in its own run folder.
 
 Lightning does the signal part (``SLURMEnvironment(auto_requeue=True)``, detected from SLURM's environment):
 on ``SIGUSR1`` (``#SBATCH --signal=SIGUSR1@90``) it saves ``hpc_ckpt_<k>.ckpt`` into
@@ -11,7 +11,9 @@ start a new ``version_N`` and forget the best score. This module closes that gap
 * a start of the same job id (a requeue) finds that run and resumes it in place from its newest checkpoint
   (the preemption checkpoint, or ``last.ckpt`` when it is newer), like ``--ckpt_path RUN``.
 
-Outside SLURM (no ``SLURM_NTASKS``, or an interactive ``srun bash``) nothing changes.
+The same works for any scheduler that restarts a job's command: set ``PROJECT_JOB_ID`` to an id that stays the
+same across restarts (deploy/kubernetes/train.yaml gives every pod its Job's uid). Outside SLURM (no
+``SLURM_NTASKS``, or an interactive ``srun bash``) and without ``PROJECT_JOB_ID`` nothing changes.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ from project import runs
 
 log = logging.getLogger("project")
 JOB_FILE = "slurm_job.json"
+JOB_ID_VAR = "PROJECT_JOB_ID"
 
 
 def slurm_job() -> str | None:
-    """This batch job's id as ``scontrol requeue`` takes it (``<array job>_<task>`` for array tasks), or None
-    when not running as a SLURM batch job (Lightning's ``SLURMEnvironment.detect()``)."""
+    """This batch job's id as ``scontrol requeue`` takes it (``<array job>_<task>`` for array tasks); outside a
+    SLURM batch job (Lightning's ``SLURMEnvironment.detect()``), ``$PROJECT_JOB_ID`` (another scheduler's job
+    id, the same for every restart); else None."""
     if not SLURMEnvironment.detect():
-        return None
+        return os.environ.get(JOB_ID_VAR) or None
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
     if array is not None:
         return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}"
@@ -77,11 +81,11 @@ def prepare(cfg: Any) -> None:
         return
     ckpt = newest_checkpoint(mine[-1])
     if ckpt is None:
-        log.warning("SLURM job %s: %s holds no checkpoint to resume; starting a new run", job, mine[-1])
+        log.warning("job %s: %s holds no checkpoint to resume; starting a new run", job, mine[-1])
         return
     cfg.ckpt_path = str(ckpt)
     logger.init_args.version = runs.version_of(mine[-1])
-    log.info("SLURM job %s was requeued: resuming %s from %s", job, mine[-1], ckpt.name)
+    log.info("job %s was requeued: resuming %s from %s", job, mine[-1], ckpt.name)
 
 
 class SlurmRequeue(Callback):
@@ -93,17 +97,21 @@ class SlurmRequeue(Callback):
     """
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit" or trainer.log_dir is None:
+        if stage != "fit":
             return
-        folder = Path(trainer.log_dir) / "checkpoints"
+        log_dir = trainer.log_dir  # a collective under DDP (a broadcast): read once, on every rank
+        if log_dir is None:
+            return
+        folder = Path(log_dir) / "checkpoints"
         trainer._default_root_dir = str(folder)  # read by Lightning's SIGUSR1 handler (hpc_save_path)
         if trainer.is_global_zero:
             folder.mkdir(parents=True, exist_ok=True)
-            record_start(Path(trainer.log_dir))
+            record_start(Path(log_dir))
 
 
 def record_start(run: Path) -> None:
-    """Add this start (job id, restart count, node list) to the run's ``slurm_job.json`` (rank 0, under SLURM)."""
+    """Add this start (job id, restart count, node list) to the run's ``slurm_job.json`` (rank 0, under SLURM or
+    with ``PROJECT_JOB_ID``; the restart count is ``SLURM_RESTART_COUNT``, else the number of earlier starts)."""
     job = slurm_job()
     if job is None:
         return
@@ -114,7 +122,7 @@ def record_start(run: Path) -> None:
         data = {}
     data = data if isinstance(data, dict) and data.get("job") == job else {"job": job, "starts": []}
     data["starts"].append(
-        {"restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        {"restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or len(data["starts"])),
          "nodes": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")}  # fmt: skip
     )
     runs.write_json(path, data)

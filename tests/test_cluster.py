@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
+import yaml
 from helpers import REPO, results, run_dirs
 
 
@@ -148,3 +150,154 @@ def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0], proc.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "logs")
     assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "results.json").exists()
+
+
+def free_port_for_slurm() -> tuple[str, int]:
+    """A SLURM job id whose port (Lightning: 15000 + the id's last 4 digits) is free on 127.0.0.1, and the port."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randrange(15000, 25000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return f"9{port - 15000:04d}", port
+    raise RuntimeError("no free port in 15000-24999")
+
+
+def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> list[str]:
+    return [
+        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
+        "--data.num_workers", "0", "--data.persistent_workers", "false",
+        "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp",
+        "--trainer.devices", str(devices), "--trainer.num_nodes", str(nodes),
+        "--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
+        "--trainer.max_epochs", "2", "--trainer.deterministic", "true", "--trainer.enable_progress_bar", "false",
+        "--trainer.logger.init_args.save_dir", str(tmp_path / name), "--trainer.logger.init_args.name", "fashion",
+    ]  # fmt: skip
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    launch = ("SLURM_", "TORCHELASTIC_", "MASTER_", "PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launch)}
+    env.update(PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def wait_all(procs) -> list[tuple[int, str]]:
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=300)  # a hang (a collective only some ranks make) fails
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, out))
+    return outs
+
+
+def check_same_as_reference(logs, ref_run, outs) -> None:
+    assert all(rc == 0 for rc, _ in outs), "\n".join(out[-3000:] for _, out in outs)
+    (run,) = run_dirs(logs)  # one run folder for both nodes
+    assert [p.name for p in run.rglob("results.json")] == ["results.json"]
+    got, want = results(run), results(ref_run)
+    for key in ("test_acc", "test_loss", "best_val_acc", "epochs", "global_step"):
+        assert got[key] == want[key], key
+    assert got["global_step"] == 12  # 2 epochs x 6 batches per process
+    a, b = weights(run), weights(ref_run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def one_node_two_processes(fashion_data, tmp_path_factory):
+    """The reference: 1 node x 2 DDP processes on the CPU, launched by Lightning itself (configs/trainer/ddp_cpu)."""
+    tmp_path = tmp_path_factory.mktemp("ddp_ref")
+    args = ddp_args(tmp_path, fashion_data, "logs", devices=2, nodes=1)
+    proc = subprocess.run([sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "logs")
+    return run
+
+
+@pytest.mark.slow
+def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
+    one_node_two_processes, fashion_data, tmp_path
+):
+    """2 nodes x 1 task as ``srun`` starts scripts/slurm.sbatch's command (each task's SLURM_* variables, the
+    node list naming the first node, the port Lightning derives from the job id), on 127.0.0.1: one run folder,
+    one results.json, and the result and weights of 1 node x 2 processes."""
+    job, _ = free_port_for_slurm()
+    args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
+    procs = []
+    for node in (0, 1):
+        env = clean_env(
+            SLURM_JOB_ID=job, SLURM_JOB_NAME="cnn-recipes", SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="1",
+            SLURM_NNODES="2", SLURM_JOB_NUM_NODES="2", SLURM_NODELIST="127.0.0.1", SLURM_JOB_NODELIST="127.0.0.1",
+            SLURM_NODEID=str(node), SLURM_PROCID=str(node), SLURM_LOCALID="0", SLURM_RESTART_COUNT="0",
+        )  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
+    (run,) = run_dirs(tmp_path / "logs")
+    assert json.loads((run / "slurm_job.json").read_text())["job"] == job
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
+    one_node_two_processes, fashion_data, tmp_path
+):
+    """2 nodes x 1 process started as deploy/kubernetes/train.yaml starts them (its torchrun arguments, node rank
+    from the pod's completion index; here 1 CPU process per node, master on 127.0.0.1): one run folder, one
+    results.json, the result of 1 node x 2 processes."""
+    _, port = free_port_for_slurm()
+    (job,) = [d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/train.yaml").read_text()) if d["kind"] == "Job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    launch = container["args"][: container["args"].index("project.fit") + 1]  # torchrun ... -m project.fit
+    assert launch[0] == "torchrun" and "--nnodes=2" in launch and "--node_rank=$(NODE_RANK)" in launch
+    here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
+    args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
+    procs = []
+    for node in (0, 1):
+        torchrun = [a.replace("$(NODE_RANK)", str(node)) for a in launch[1:]]  # as Kubernetes expands it
+        torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", *torchrun, *args], cwd=tmp_path, env=clean_env(),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))  # fmt: skip
+    check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
+
+
+def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_data, tmp_path):
+    """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch and replaced runs the same command with the same
+    PROJECT_JOB_ID (the Job's uid): it resumes the run that Job started, in place, with the uninterrupted result."""
+    args = [
+        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
+        "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
+        "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3", "--trainer.deterministic", "true",
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.Sigterm",
+    ]  # fmt: skip
+    ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, clean_env())
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    (ref_run,) = run_dirs(tmp_path / "logs")
+    uid = "3f6c1a52-9d1e-4c1b-8f0e-6a7b2c9d0e11"
+    first = fit(args, tmp_path, clean_env(PROJECT_JOB_ID=uid, SIGTERM_AT="15"))
+    assert first.returncode == -signal.SIGTERM, first.stderr[-3000:]
+    (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
+    assert not (run / "results.json").exists()
+    # the replacement pod: same command, same Job uid
+    second = fit(args, tmp_path, clean_env(PROJECT_JOB_ID=uid))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"job {uid} was requeued" in second.stderr
+    assert [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"] == [run]  # one run folder
+    got, want = results(run), results(ref_run)
+    for key in ("test_acc", "test_loss", "best_val_acc", "epochs", "global_step"):
+        assert got[key] == want[key], key
+    a, b = weights(run), weights(ref_run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    job = json.loads((run / "slurm_job.json").read_text())
+    assert job["job"] == uid and [s["restart_count"] for s in job["starts"]] == [0, 1]
