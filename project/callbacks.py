@@ -29,7 +29,7 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import nn
 from torch.nn.utils import prune
 
-from project import runs
+from project import adapters, runs
 from project.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Pruning(ModelPruning):
     @property
     def state_key(self) -> str:
         copy = {"copy": self.copy} if self.copy else {}
-        return self._generate_state_key(**self.schedule(), **copy)
+        return adapters.state_key(self, **self.schedule(), **copy)
 
     @staticmethod
     def number_copies(callbacks: list[Callback]) -> None:
@@ -189,8 +189,8 @@ class Pruning(ModelPruning):
             "start_epoch": int(self.start_epoch),
             "end_epoch": int(self.end_epoch),
             "layers": [t.__name__ for t in self.layer_types],
-            "parameter_names": list(self._parameter_names),
-            "global_pruning": bool(self._use_global_unstructured),
+            "parameter_names": adapters.pruning_settings(self)[0],
+            "global_pruning": adapters.pruning_settings(self)[1],
         }
 
     # -- schedule ------------------------------------------------------------------------------
@@ -218,7 +218,8 @@ class Pruning(ModelPruning):
 
     def named_targets(self) -> list[tuple[str, torch.Tensor]]:
         """``(layer.param, effective tensor)`` for each pruned tensor (``orig * mask`` while masks are on)."""
-        return [(f"{self._names[id(m)]}.{name}", getattr(m, name).detach()) for m, name in self._parameters_to_prune]
+        pairs = adapters.pruning_targets(self)
+        return [(f"{self._names[id(m)]}.{name}", getattr(m, name).detach()) for m, name in pairs]
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         Pruning.number_copies(trainer.callbacks)
@@ -240,7 +241,7 @@ class Pruning(ModelPruning):
         # torch's global_unstructured flattens weights and masks with .view(-1), which fails on channels_last
         # tensors: prune on contiguous copies, then give the parameters back their memory format.
         restore = []
-        for m, name in self._parameters_to_prune:
+        for m, name in adapters.pruning_targets(self):
             for attr in (f"{name}_orig", name, f"{name}_mask"):
                 t = getattr(m, attr, None)
                 if isinstance(t, torch.Tensor) and not t.is_contiguous():
@@ -256,7 +257,7 @@ class Pruning(ModelPruning):
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run_pruning(trainer.current_epoch)
+        adapters.run_pruning(self, trainer.current_epoch)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Lightning prunes here; we prune at the start of the epoch instead, and only report.
@@ -265,7 +266,7 @@ class Pruning(ModelPruning):
 
     def state_dict(self) -> dict[str, Any]:
         masks = {}
-        for m, name in self._parameters_to_prune:
+        for m, name in adapters.pruning_targets(self):
             if hasattr(m, f"{name}_mask"):
                 masks[f"{self._names[id(m)]}.{name}"] = getattr(m, f"{name}_mask").detach().cpu()
             elif self._pruned:  # made permanent at the end of fit: the mask is where the zeros are
@@ -277,7 +278,7 @@ class Pruning(ModelPruning):
         # the plain name, so the state_dict is the unpruned net's whatever the options.
         sd = checkpoint["state_dict"]
         prefix = {id(m): name for name, m in pl_module.named_modules()}
-        for m, name in self._parameters_to_prune:
+        for m, name in adapters.pruning_targets(self):
             key = f"{prefix[id(m)]}.{name}" if prefix[id(m)] else name
             if f"{key}_orig" in sd and f"{key}_mask" in sd:
                 sd[key] = sd.pop(f"{key}_orig") * sd.pop(f"{key}_mask")
@@ -290,7 +291,7 @@ class Pruning(ModelPruning):
         # exactly as in an uninterrupted run, where pruning renames ``weight`` to ``weight_orig`` in place.
         if not self._pending_masks:
             return
-        targets = {f"{self._names[id(m)]}.{name}": (m, name) for m, name in self._parameters_to_prune}
+        targets = {f"{self._names[id(m)]}.{name}": (m, name) for m, name in adapters.pruning_targets(self)}
         for key, mask in self._pending_masks.items():
             module, name = targets[key]
             prune.custom_from_mask(module, name, mask.to(getattr(module, name).device))
@@ -346,7 +347,7 @@ def batch_samples(batch: Any) -> int:
     return len(batch) if isinstance(batch, torch.Tensor) else len(batch[0])
 
 
-class Throughput(ThroughputMonitor):
+class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
     """Lightning's ``ThroughputMonitor``, logging training only, plus the time and rate of each epoch.
 
     The clock and the counting are the library's: ``time.perf_counter()`` after ``torch.cuda.synchronize()`` on
@@ -377,20 +378,17 @@ class Throughput(ThroughputMonitor):
         self.kwargs["window_size"] = max(2, self.window_size or trainer.log_every_n_steps)
         super().setup(trainer, pl_module, stage)
 
-    def _compute(self, trainer: L.Trainer, iter_num: int | None = None) -> None:
-        if trainer.state.stage == RunningStage.TRAINING:  # evaluation rates would land on the training x-axis
-            super()._compute(trainer, iter_num)
 
     @rank_zero_only
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.flags = CudnnFlags.in_effect()
-        elapsed = synced_time(pl_module.device) - self._t0s[RunningStage.TRAINING]
-        self._epoch_start = (elapsed, self._samples[RunningStage.TRAINING])
+        t0, samples, _ = adapters.training_clock(self, RunningStage.TRAINING)
+        self._epoch_start = (synced_time(pl_module.device) - t0, samples)
 
     @rank_zero_only
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        times = self._throughputs[RunningStage.TRAINING]._time
-        samples = self._samples[RunningStage.TRAINING] - self._epoch_start[1]
+        _, samples, times = adapters.training_clock(self, RunningStage.TRAINING)
+        samples -= self._epoch_start[1]
         if not samples or not times:
             return
         seconds = times[-1] - self._epoch_start[0]
@@ -457,10 +455,10 @@ class StepLearningRateMonitor(LearningRateMonitor):
         super().__init__(logging_interval="step")
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        stats = self._extract_stats(trainer, "any")
+        stats = adapters.lr_stats(self, trainer)
         if stats:
             for logger in trainer.loggers:
-                logger.log_metrics(stats, step=trainer.fit_loop.epoch_loop._batches_that_stepped)
+                logger.log_metrics(stats, step=adapters.optimizer_steps(trainer))
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -513,7 +511,7 @@ class RunCheckpoint(ModelCheckpoint):
         if not self.save_last or trainer.sanity_checking or trainer.fast_dev_run:
             return
         if trainer.state.fn == TrainerFn.FITTING and self._last_saved_step != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            adapters.save_last_checkpoint(self, trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.fast_dev_run:  # Lightning 2.6 saves last.ckpt here even under fast_dev_run, which saves nothing
@@ -522,10 +520,10 @@ class RunCheckpoint(ModelCheckpoint):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
-        if not self._should_save_on_train_epoch_end(trainer):
+        if not adapters.saves_on_train_epoch_end(self, trainer):
             self._refresh_last(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
-        if self._should_save_on_train_epoch_end(trainer):
+        if adapters.saves_on_train_epoch_end(self, trainer):
             self._refresh_last(trainer)

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import sys
-import typing
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from project import cluster, ddp  # noqa: F401  (ddp: every ddp* strategy name binds its rendezvous to one address)
+from project import adapters, cluster, ddp  # noqa: F401  (ddp: every ddp* strategy name binds its rendezvous to one address)
 from project.callbacks import (
     CudnnFlags,
     LocalAtomicCheckpointIO,
@@ -102,20 +101,6 @@ warnings.filterwarnings(
     category=FutureWarning,
     module=r"lightning\.pytorch\.utilities\._pytree",
 )
-
-
-def _int_before_float(parser: LightningArgumentParser) -> None:
-    """Make ``Union[float, int]`` options parse ``1`` as the int 1, not 1.0.
-
-    Lightning types e.g. ``limit_train_batches`` as ``float | int | None``: jsonargparse tries the types in
-    order, so ``--trainer.limit_train_batches 1`` became 1.0 (100 %) instead of one batch.
-    """
-    for action in parser._actions:
-        hint = getattr(action, "_typehint", None)
-        if typing.get_origin(hint) is typing.Union:
-            args = typing.get_args(hint)
-            if float in args and int in args and args.index(float) < args.index(int):
-                action._typehint = typing.Union[tuple([int, *(a for a in args if a is not int)])]  # noqa: UP007
 
 
 # Trainer settings Lightning uses without checking them first: these values crashed deep in a loop
@@ -217,7 +202,7 @@ class ProjectCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
-        _int_before_float(parser)
+        adapters.prefer_int_over_float(parser)
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config
@@ -371,7 +356,7 @@ def fastest_precision(accelerator: Any) -> str:
     name = str(getattr(accelerator, "class_path", accelerator) or "auto").lower()
     if torch.cuda.is_available() and ("auto" in name or "gpu" in name or "cuda" in name):
         return "16-mixed"
-    return "bf16-mixed" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "32-true"
+    return "bf16-mixed" if adapters.cpu_has_native_bf16() else "32-true"
 
 
 _GENERIC = ("Expected a <class 'NoneType'>", "Not a valid subclass", "a class path", "a dict ")

@@ -28,7 +28,7 @@ import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 
-from project import runs
+from project import adapters, runs
 
 log = logging.getLogger("project")
 JOB_FILE = "slurm_job.json"
@@ -103,7 +103,7 @@ class SlurmRequeue(Callback):
         if log_dir is None:
             return
         folder = Path(log_dir) / "checkpoints"
-        trainer._default_root_dir = str(folder)  # read by Lightning's SIGUSR1 handler (hpc_save_path)
+        adapters.set_default_root_dir(trainer, str(folder))  # read by Lightning's SIGUSR1 handler
         if trainer.is_global_zero:
             folder.mkdir(parents=True, exist_ok=True)
             record_start(Path(log_dir))

@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from project import adapters
 from project.callbacks import LAYER_TYPES, Pruning, PruningAmount
 from project.errors import ConfigError, require
 from project.nets import build_net
@@ -239,7 +240,7 @@ class StructuredPruning(Callback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(**self.schedule())
+        return adapters.state_key(self, **self.schedule())
 
     @property
     def method(self) -> str:

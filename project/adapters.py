@@ -1,0 +1,127 @@
+"""The one place that reaches into libraries' non-public members, where their public API lacks a hook.
+
+Every function names what it reads or sets, in which library, and why no public way exists;
+``tests/test_adapters.py`` checks each member still exists with the shape used here, so a library upgrade that
+moves one fails that test instead of the product failing silently. Nothing else in ``project/`` may use a
+library's underscored member (the same test greps for them).
+
+Pinned to the tested series in ``pyproject.toml`` (Lightning 2.6, jsonargparse 4.53, Optuna 5.0, torch 2.14).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import torch
+
+# -- Lightning: ModelCheckpoint ---------------------------------------------------------------------------------
+
+
+def save_last_checkpoint(callback: Any, trainer: Any) -> None:
+    """``ModelCheckpoint._save_last_checkpoint(trainer, _monitor_candidates(trainer))``: write ``last.ckpt`` now.
+
+    Lightning 2.6 rewrites ``last.ckpt`` at the end of validation only together with a new top-k checkpoint;
+    there is no public call to save "last" alone."""
+    callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
+
+
+def saves_on_train_epoch_end(callback: Any, trainer: Any) -> bool:
+    """``ModelCheckpoint._should_save_on_train_epoch_end``: whether the callback saves at the end of the training
+    epoch (no validation this epoch) rather than after validation."""
+    return bool(callback._should_save_on_train_epoch_end(trainer))
+
+
+def state_key(callback: Any, **settings: Any) -> str:
+    """``Callback._generate_state_key(**settings)``: Lightning's documented way to key a stateful callback's
+    checkpoint state by its settings (underscored, though the Callback docs show it)."""
+    return callback._generate_state_key(**settings)
+
+
+# -- Lightning: ModelPruning ------------------------------------------------------------------------------------
+
+
+def pruning_targets(callback: Any) -> list[tuple[torch.nn.Module, str]]:
+    """``ModelPruning._parameters_to_prune``: the (module, parameter name) pairs the callback prunes, known only
+    after its ``setup``."""
+    return list(callback._parameters_to_prune)
+
+
+def pruning_settings(callback: Any) -> tuple[list[str], bool]:
+    """``ModelPruning._parameter_names`` and ``_use_global_unstructured``: settings the constructor takes but
+    exposes only privately."""
+    return list(callback._parameter_names), bool(callback._use_global_unstructured)
+
+
+def run_pruning(callback: Any, epoch: int) -> None:
+    """``ModelPruning._run_pruning(epoch)``: prune for this epoch by the callback's ``amount`` schedule (Lightning
+    calls it at the end of an epoch; we call it at the start)."""
+    callback._run_pruning(epoch)
+
+
+# -- Lightning: ThroughputMonitor -------------------------------------------------------------------------------
+
+
+def training_clock(monitor: Any, stage: Any) -> tuple[float, int, list[float]]:
+    """``ThroughputMonitor._t0s[stage]``, ``_samples[stage]`` and ``_throughputs[stage]._time``: the stage's start
+    time, samples so far and the elapsed times recorded, from which per-epoch time and rate are derived (the
+    monitor exposes only the rolling-window rates)."""
+    return monitor._t0s[stage], monitor._samples[stage], list(monitor._throughputs[stage]._time)
+
+
+class TrainingRatesOnly:
+    """Mixin for a ``ThroughputMonitor`` subclass: its ``_compute`` (the private step that logs the rates) runs for
+    the training stage only. Validation and test are still measured (``_update``: Lightning subtracts their time
+    from the training clock), but their rates would land on the training x-axis; there is no public switch."""
+
+    def _compute(self, trainer: Any, iter_num: int | None = None) -> None:
+        from lightning.pytorch.trainer.states import RunningStage
+
+        if trainer.state.stage == RunningStage.TRAINING:
+            super()._compute(trainer, iter_num)  # type: ignore[misc]
+
+
+# -- Lightning: LearningRateMonitor and the fit loop ------------------------------------------------------------
+
+
+def lr_stats(monitor: Any, trainer: Any) -> dict[str, float]:
+    """``LearningRateMonitor._extract_stats(trainer, "any")``: the ``lr-<Optimizer>`` values with Lightning's
+    names (param groups, momentum), to log them at every step rather than every ``log_every_n_steps``."""
+    return monitor._extract_stats(trainer, "any")
+
+
+def optimizer_steps(trainer: Any) -> int:
+    """``trainer.fit_loop.epoch_loop._batches_that_stepped``: the x-axis Lightning's own loggers use for
+    step-wise metrics (``global_step`` counts optimizer steps per optimizer)."""
+    return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
+
+
+def set_default_root_dir(trainer: Any, folder: str) -> None:
+    """``Trainer._default_root_dir``: where Lightning's SLURM SIGUSR1 handler writes ``hpc_ckpt_<k>.ckpt``; the
+    Trainer takes it only at construction, before the run folder is known."""
+    trainer._default_root_dir = folder
+
+
+# -- jsonargparse -----------------------------------------------------------------------------------------------
+
+
+def prefer_int_over_float(parser: Any) -> None:
+    """Make ``Union[float, int]`` options parse ``1`` as the int 1 (``parser._actions``, ``action._typehint``).
+
+    Lightning types e.g. ``limit_train_batches`` as ``float | int | None``: jsonargparse tries the types in
+    order, so ``--trainer.limit_train_batches 1`` became 1.0 (100 %) instead of one batch."""
+    for action in parser._actions:
+        hint = getattr(action, "_typehint", None)
+        if typing.get_origin(hint) is typing.Union:
+            args = typing.get_args(hint)
+            if float in args and int in args and args.index(float) < args.index(int):
+                action._typehint = typing.Union[tuple([int, *(a for a in args if a is not int)])]  # noqa: UP007
+
+
+# -- torch ------------------------------------------------------------------------------------------------------
+
+
+def cpu_has_native_bf16() -> bool:
+    """``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: whether oneDNN runs bf16 natively here (AVX512-BF16 or
+    AMX); torch has no public query."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
