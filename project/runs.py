@@ -267,22 +267,14 @@ def _logger_dir(logger: Any) -> Path | None:
 
 
 def kind_of(config: Any) -> dict[str, Any]:
-    """What makes runs of one experiment folder the same kind of run: the net, the data module and the
-    callbacks (pruning, structured pruning, ...) by class. Overlays such as ``configs/pruning.yaml`` keep the
-    experiment's folder name, so ``--ckpt_path last`` compares this to pick the command's own runs."""
-    def get(tree: Any, *keys: str) -> Any:
-        for key in keys:
-            tree = tree.get(key) if isinstance(tree, dict) else None
-        return tree
-
-    callbacks = get(config, "trainer", "callbacks") or []
+    """What overlays change about a run of one experiment folder: its callbacks (pruning, structured pruning,
+    ...) by class. Overlays such as ``configs/pruning.yaml`` keep the experiment's folder name, so
+    ``--ckpt_path last`` compares this to pick the command's own runs (a run with another net or data is still
+    picked, and refused by the resume checks with what differs)."""
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    callbacks = (trainer.get("callbacks") if isinstance(trainer, dict) else None) or []
     callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-    data = get(config, "data")
-    return {
-        "net": get(config, "model", "net"),
-        "data": data.get("class_path") if isinstance(data, dict) else data,
-        "callbacks": sorted(str(c.get("class_path")) if isinstance(c, dict) else str(c) for c in callbacks),
-    }
+    return {"callbacks": sorted(str(c.get("class_path")) if isinstance(c, dict) else str(c) for c in callbacks)}
 
 
 def _run_kind(run: Path) -> dict[str, Any] | None:
@@ -297,8 +289,8 @@ def resolve_ckpt_path(spec: str, logger: Any, config: Any = None) -> Path:
     """Turn ``--ckpt_path`` into a checkpoint file.
 
     ``last`` / ``best``: that checkpoint of the newest run of this experiment (``save_dir/name``) of the
-    command's own kind (:func:`kind_of` of ``config``, a plain dict: same net, data module and callback
-    classes), so a pruning run beside plain runs is picked only by a command with the pruning overlay; a run
+    command's own kind (:func:`kind_of` of ``config``, a plain dict: the same callback classes), so a pruning
+    run beside plain runs is picked only by a command with the pruning overlay; a run
     folder: its ``last.ckpt``; a file: itself. Lightning's own ``"last"`` looks only in the new, empty run
     folder.
 
@@ -317,9 +309,10 @@ def resolve_ckpt_path(spec: str, logger: Any, config: Any = None) -> Path:
             mine = [r for r in found if _run_kind(r) == kind]
             if not mine:
                 raise ConfigError(
-                    f"ckpt_path: {spec!r}: no run under {experiment} was trained like this command (net "
-                    f"{kind['net']}, data {kind['data']}, callbacks {kind['callbacks'] or 'none'}); the newest, "
-                    f"{found[-1].name}, had {_run_kind(found[-1])}: give its folder to --ckpt_path with its own configs"
+                    f"ckpt_path: {spec!r}: no run under {experiment} was trained with this command's callbacks "
+                    f"({', '.join(kind['callbacks']) or 'none'}); the newest, {found[-1].name}, had "
+                    f"{', '.join((_run_kind(found[-1]) or {}).get('callbacks') or []) or 'none'}: give its folder to "
+                    "--ckpt_path with its own configs"
                 )
             found = mine
         return checkpoint_of(found[-1], spec)

@@ -138,7 +138,8 @@ def test_readme_tags_are_in_the_event_files_and_lr_is_logged_every_step(tiny_mni
     events = EventAccumulator(str(run), size_guidance={"scalars": 0, "images": 0}).Reload()
     scalars = set(events.Tags()["scalars"])
     tags = readme_tags()
-    assert len(tags) >= 20 and NOT_ON_ONE_CPU <= set(tags)
+    # (the end-of-run HPARAMS metric tags live in the run's hparams/ session: tests/test_hparams_tab.py)
+    assert len(tags) >= 18 and NOT_ON_ONE_CPU <= set(tags)
     for tag in set(tags) - NOT_ON_ONE_CPU:
         tag = tag.replace("lr-<Optimizer>", "lr-SGD")
         assert tag in scalars, tag

@@ -76,7 +76,8 @@ class ResumableState:
         ``trainer.max_steps`` set counts the checkpoint's epoch twice (one from an epoch's end, or from a run that
         ``max_steps`` stopped in the middle of an epoch); the epoch index does not.
         """
-        if self.trainer is not None:
+        # Lightning swaps in a plain SequentialSampler for overfit_batches: no epochs to set there
+        if self.trainer is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(self.trainer.current_epoch)
 
     def state_dict(self) -> dict[str, int]:
