@@ -1,6 +1,7 @@
 """``python -m project.sweep --config configs/sweeps/<name>.yaml [--storage URL] [--n_trials N] [--workers K]``.
 
-A sweep is an Optuna study whose trials are ordinary ``python -m project.fit`` runs, one subprocess each::
+A sweep is an Optuna study whose trials are ordinary ``python -m project.fit`` runs, one process each, forked warm
+from the worker (:mod:`project.trial_server`: no second import of torch and Lightning per trial)::
 
     python -m project.sweep --config configs/sweeps/pruning.yaml --data.source_dir /usr/share/datasets/fashion-mnist
     python -m project.sweep --config configs/sweeps/lr.yaml --workers 2
@@ -248,7 +249,7 @@ def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
 
 
 def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
-    """The objective: one ``python -m project.fit`` subprocess in the trial's run folder.
+    """The objective: one ``python -m project.fit`` process (:func:`run_fit`) in the trial's run folder.
 
     A retried trial (its worker died) continues the first try's run folder from its ``last.ckpt``. A fit
     killed by a signal while this worker lives is resumed the same way, up to ``max_retry`` times.
@@ -256,7 +257,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     Raises:
         Surplus: a grid trial that did not come from the queue (nothing is run).
         optuna.TrialPruned: the pruner stopped the run.
-        TrialFailed: fit exited with an error.
+        TrialFailed: fit exited with an error, or its ``results.json`` holds no finite objective value.
     """
     sweep = ctx.sweep
     frozen = study._storage.get_trial(trial._trial_id)  # Optuna 5's Trial no longer shows system attrs

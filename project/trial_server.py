@@ -134,7 +134,9 @@ def _child(args: list[str], env: dict[str, str], log: str) -> None:
         os.dup2(out, 2)
         os.close(null)
         os.close(out)
-        sys.stdout.reconfigure(line_buffering=True)
+        # streams of the process's own, as a new process has them, line by line into the log
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
         os.environ.clear()
         os.environ.update(env)
         # What `python -m project.fit ARGS` does: the module runs as __main__ (so Lightning's DDP launcher starts
