@@ -59,8 +59,10 @@ class TrialClock(_Base):  # type: ignore[misc, valid-type]
         if stage != "test" or not trainer.is_global_zero or trainer.logger is None:
             return
         end = (time.time(), time.process_time())
+        # cpu_before_work_s: the process's CPU seconds before fit's setup (a fork starts at 0; a new interpreter
+        # has imported torch and Lightning by then)
         record = {"wall_s": end[0] - self.start[0], "cpu_s": end[1] - self.start[1], "process_start": _started(),
-                  "work_start": self.start[0], "work_end": end[0]}  # fmt: skip
+                  "work_start": self.start[0], "work_end": end[0], "cpu_before_work_s": self.start[1]}  # fmt: skip
         (Path(trainer.logger.log_dir) / "clock.json").write_text(json.dumps(record))
 
 
@@ -117,6 +119,7 @@ def run_sweep(checkout: Path, data_dir: Path, seeds: int, work: Path) -> dict[st
         "fixed_wall_s": fixed,
         "overhead_wall_s": (wall - sum(t["wall_s"] for t in trials)) / n,
         "steady_overhead_wall_s": (wall - fixed - sum(t["wall_s"] for t in trials)) / n,
+        "trial_cpu_before_work_s": statistics.median(t["cpu_before_work_s"] for t in trials),
         "overhead_cpu_s": (cpu - sum(t["cpu_s"] for t in trials)) / n,
         "folder": str(work / "logs" / spec["name"]),
     }
@@ -197,6 +200,7 @@ def main() -> int:
     measures = (("overhead_wall_s", "per-trial overhead, wall (s)"), ("overhead_cpu_s", "per-trial overhead, CPU (s)"),
                 ("steady_overhead_wall_s", "per-trial overhead without the sweep's start and report, wall (s)"),
                 ("fixed_wall_s", "the sweep's start and report, wall (s)"),
+                ("trial_cpu_before_work_s", "a trial process's CPU before its fit starts (s), median"),
                 ("wall_s", "sweep wall (s)"), ("cpu_s", "sweep CPU (s)"))  # fmt: skip
     for key, name in measures:
         cells = [statistics.median(s[key] for s in result["sweeps"][label]) for label in checkouts]

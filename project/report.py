@@ -218,9 +218,10 @@ def _number(value: Any) -> float | None:
 
 class EpochMetrics(Callback):
     """Writes the run's per-epoch record, ``metrics.csv`` (rank 0), one row per finished training epoch: ``epoch``,
-    ``step`` (optimizer steps so far), then every scalar Lightning holds at the end of that epoch
-    (``trainer.callback_metrics``: ``train/acc``, ``train/loss_epoch``, ``val/acc``, ``val/loss``,
-    ``train/epoch_time_s``, ``sparsity/*``, ...; a per-step value such as ``train/loss`` is the epoch's last).
+    ``step`` (the epoch's last optimizer step, counted from 0, where TensorBoard shows its values), then every
+    scalar Lightning holds at the end of that epoch (``trainer.callback_metrics``: ``train/acc``,
+    ``train/loss_epoch``, ``val/acc``, ``val/loss``, ``train/epoch_time_s``, ``sparsity/*``, ...; a per-step value
+    such as ``train/loss`` is the epoch's last).
 
     The layout of Lightning's ``CSVLogger`` (``epoch``, ``step``, one column per metric, empty where a metric was
     not logged), but one small file per run that ``summarize`` reads in a millisecond where TensorBoard's event
@@ -258,7 +259,8 @@ class EpochMetrics(Callback):
     def _write(self, trainer: L.Trainer) -> None:
         if self.path is None or self.pending is None:
             return
-        row: dict[str, float] = {"epoch": self.pending, "step": trainer.global_step}
+        # the step TensorBoard (and Lightning's CSVLogger) shows epoch-end values at: the epoch's last optimizer step
+        row: dict[str, float] = {"epoch": self.pending, "step": max(trainer.global_step - 1, 0)}
         for key, value in sorted(trainer.callback_metrics.items()):
             if key not in row and (number := _number(value)) is not None:
                 row[key] = number

@@ -259,11 +259,17 @@ def plot(stats: dict[str, Any], all_runs: list[Run], out: Path, x_key: str | Non
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for i, (label, st) in enumerate(stats["groups"].items()):
-        for j, path in enumerate(st["paths"]):
+        # A group's runs as one line broken by NaN between runs: one artist per group, not per run (1,000 runs
+        # drew in seconds, most of it matplotlib's bookkeeping per line)
+        xs: list[float] = []
+        ys: list[float] = []
+        for path in st["paths"]:
             steps, values = val_curves(Path(path))
             if steps:
-                ax.plot(steps, values, color=colors[i % len(colors)], alpha=0.8, lw=1.2,
-                        label=f"{label} (n={st['runs']})" if j == 0 else None)  # fmt: skip
+                xs += [*steps, math.nan]
+                ys += [*values, math.nan]
+        if xs:
+            ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, lw=1.2, label=f"{label} (n={st['runs']})")
     ax.set(xlabel="training step", ylabel="val/acc", title="Validation accuracy by group")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:

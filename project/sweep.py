@@ -136,6 +136,8 @@ class ReportToStudy(L.Callback):
 
     def __init__(self) -> None:
         self.trial: optuna.Trial | None = None
+        self.active = False  # in a sweep (every rank)
+        self.run: Path | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Every rank of a DDP trial knows it is in a sweep (the environment is the same); only rank 0 talks to
@@ -154,7 +156,7 @@ class ReportToStudy(L.Callback):
         self.run = Path(trainer.logger.log_dir) if trainer.logger is not None and trainer.logger.log_dir else None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not getattr(self, "active", False) or trainer.sanity_checking:
+        if not self.active or trainer.sanity_checking:
             return
         prune = False
         if self.trial is not None and self.monitor in trainer.callback_metrics:  # rank 0

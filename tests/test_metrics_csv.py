@@ -36,7 +36,7 @@ def test_metrics_csv_has_a_row_per_epoch_written_as_the_run_goes_and_kept_on_res
                               "--trainer.callbacks+=test_metrics_csv.Snapshot")) == 0  # fmt: skip
     (run,) = run_dirs(logs)
     rows = read_csv(run / "metrics.csv")
-    assert [(r["epoch"], r["step"]) for r in rows] == [("0", "10"), ("1", "20")]  # 500 images / 50 per batch
+    assert [(r["epoch"], r["step"]) for r in rows] == [("0", "9"), ("1", "19")]  # 500 images / 50 per batch, from 0
     for key in ("train/acc", "train/loss_epoch", "val/acc", "val/loss", "train/epoch_time_s"):
         assert all(0 <= float(r[key]) < 10 for r in rows), key
     midway = read_csv(run / "metrics-at-step-12.csv")
@@ -45,11 +45,15 @@ def test_metrics_csv_has_a_row_per_epoch_written_as_the_run_goes_and_kept_on_res
     acc.Reload()
     tb = [e.value for e in acc.Scalars("val/acc")]
     assert [float(r["val/acc"]) for r in rows] == pytest.approx(tb, rel=1e-6)  # the values TensorBoard has
+    old = tmp_path / "old" / "version_0"  # a run from before metrics.csv: summarize falls back to its event files
+    shutil.copytree(run, old, ignore=shutil.ignore_patterns("metrics*.csv"))
+    steps, values = summarize.val_curves(old)
+    assert steps == [int(r["step"]) for r in runs.read_epoch_metrics(run)] and values == pytest.approx(tb)
 
     assert run_main(tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "3", "--ckpt_path", str(run))) == 0
     resumed = read_csv(run / "metrics.csv")
     assert [r["epoch"] for r in resumed] == ["0", "1", "2"] and resumed[:2] == rows  # earlier epochs kept
-    assert [r["step"] for r in runs.read_epoch_metrics(run)] == [10, 20, 30]
+    assert [r["step"] for r in runs.read_epoch_metrics(run)] == [9, 19, 29]
 
 
 def test_summarize_reads_validation_curves_from_metrics_csv_not_event_files(tmp_path):
