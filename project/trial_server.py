@@ -24,6 +24,7 @@ are the worker's: set them before starting the sweep, as for any command.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import runpy
@@ -103,6 +104,9 @@ def _serve(sock: socket.socket) -> None:
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker and the trial; they decide
         die_with_parent()
+        # Python's recipe for fork without exec: the collector of a child then never writes to the objects it
+        # shares with the server (each write would copy a page)
+        gc.freeze()
         with sock.makefile("rw", encoding="utf-8") as f:
             for line in f:
                 request = json.loads(line)
