@@ -40,7 +40,7 @@ from project.callbacks import (
 from project.data import VisionDataModule
 from project.errors import ConfigError, UserError, yaml_problem
 from project.module import ImageClassifier
-from project.report import TensorBoardLayout
+from project.report import EpochMetrics, TensorBoardLayout
 
 log = logging.getLogger("project")
 
@@ -309,7 +309,7 @@ class ProjectCLI(LightningCLI):
         if cluster.slurm_job() is not None:
             trainer.callbacks.append(cluster.SlurmRequeue())
         if trainer.loggers:
-            trainer.callbacks += [StepLearningRateMonitor(), TensorBoardLayout()]
+            trainer.callbacks += [StepLearningRateMonitor(), TensorBoardLayout(), EpochMetrics()]
         requested = str(self.config.trainer.precision)
         requested = trainer.precision if requested == "None" else requested
         if requested != trainer.precision and trainer.is_global_zero:

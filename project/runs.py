@@ -10,6 +10,7 @@
     checkpoints/hpc_ckpt_<k>.ckpt  Lightning's SLURM preemption checkpoint (see project.cluster)
     slurm_job.json               the SLURM job that runs this folder, one entry per (re)start
     results.json                 written once the run has finished (atomically)
+    metrics.csv                  one row per finished epoch (project.report.EpochMetrics), rewritten atomically
 
 A new run's folder is **claimed** by :func:`claim_run` with an exclusive ``mkdir`` before the Trainer is built
 (rank 0 only); Lightning's logger and checkpoint callback then write into that folder. Any number of processes,
@@ -29,7 +30,9 @@ inside a checkpoint are data: :func:`inside` decides whether one may be touched 
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
+import io
 import json
 import os
 import re
@@ -38,7 +41,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from project.errors import ConfigError
@@ -340,6 +342,8 @@ def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
         ConfigError: unreadable, not a Lightning checkpoint, or (untrusted) needing more than the safe
             unpickler allows, or with records compressed or larger than the file.
     """
+    import torch  # here: the commands that only read run folders (summarize) need not import torch
+
     if not trust:
         check_zip_records(path)
     try:
@@ -555,3 +559,31 @@ def undo_since(run: Path, before: dict[Path, float]) -> bool:
         if p not in before:
             p.unlink(missing_ok=True)
     return True
+
+
+METRICS_CSV = "metrics.csv"
+
+
+def read_epoch_metrics(run: Path | None) -> list[dict[str, float]]:
+    """The rows of a run's ``metrics.csv`` (see :class:`project.report.EpochMetrics`): ``{"epoch": int, "step":
+    int, metric: float}``, empty cells left out; ``[]`` when the run has none or it is unreadable. Read as data: a
+    malformed cell is skipped, a file over 16 MiB is not read."""
+    path = run / METRICS_CSV if run is not None else None
+    try:
+        if path is None or path.stat().st_size > 16 << 20:
+            return []
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return []
+    rows = []
+    for raw in csv.DictReader(io.StringIO(text)):
+        row: dict[str, float] = {}
+        for key, cell in raw.items():
+            try:
+                row[key] = float(cell)
+            except (TypeError, ValueError):
+                continue
+        if "epoch" in row and "step" in row:
+            row["epoch"], row["step"] = int(row["epoch"]), int(row["step"])
+            rows.append(row)
+    return rows

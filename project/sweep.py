@@ -1,6 +1,7 @@
 """``python -m project.sweep --config configs/sweeps/<name>.yaml [--storage URL] [--n_trials N] [--workers K]``.
 
-A sweep is an Optuna study whose trials are ordinary ``python -m project.fit`` runs, one subprocess each::
+A sweep is an Optuna study whose trials are ordinary ``python -m project.fit`` runs, one process each, forked warm
+from the worker (:mod:`project.trial_server`: no second import of torch and Lightning per trial)::
 
     python -m project.sweep --config configs/sweeps/pruning.yaml --data.source_dir /usr/share/datasets/fashion-mnist
     python -m project.sweep --config configs/sweeps/lr.yaml --workers 2
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -51,12 +53,21 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
-from project import runs
+from project import runs, trial_server
 from project.errors import ArgumentParser, ConfigError
-from project.sweep_file import Sweep, key_path, load_sweep, make_pruner, resolve_base, trial_config
+from project.sweep_file import (
+    Sweep,
+    check_objective,
+    key_path,
+    load_sweep,
+    make_pruner,
+    resolve_base,
+    trial_config,
+)
 
 TRIAL_FILE = "trial.json"
 TRIAL_CONFIG = "sweep-trial.yaml"
+FIT_LOG = "sweep-fit.log"
 PRUNED_FILE = "pruned.json"
 ENV_STORAGE, ENV_STUDY, ENV_TRIAL = "PROJECT_SWEEP_STORAGE", "PROJECT_SWEEP_STUDY", "PROJECT_SWEEP_TRIAL"
 ENV_PRUNER = "PROJECT_SWEEP_PRUNER"  # the sweep file's pruner as JSON: Optuna keeps no pruner in the storage
@@ -128,9 +139,14 @@ class ReportToStudy(L.Callback):
 
     def __init__(self) -> None:
         self.trial: optuna.Trial | None = None
+        self.active = False  # in a sweep (every rank)
+        self.run: Path | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit" or not os.environ.get(ENV_STORAGE) or not trainer.is_global_zero:
+        # Every rank of a DDP trial knows it is in a sweep (the environment is the same); only rank 0 talks to
+        # the study, and its decision is broadcast so that all ranks stop after the same epoch.
+        self.active = stage == "fit" and bool(os.environ.get(ENV_STORAGE))
+        if not self.active or not trainer.is_global_zero:
             return
         pruner = make_pruner(json.loads(os.environ.get(ENV_PRUNER) or "{}"))
         storage = open_storage(os.environ[ENV_STORAGE])
@@ -138,16 +154,25 @@ class ReportToStudy(L.Callback):
         trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, int(os.environ[ENV_TRIAL]))
         self.trial = optuna.Trial(study, trial_id)
         self.monitor = "val/acc" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "val/loss"
+        # The logger's own folder, not trainer.log_dir: under DDP that is a collective (a broadcast) and this is
+        # rank 0 only.
+        self.run = Path(trainer.logger.log_dir) if trainer.logger is not None and trainer.logger.log_dir else None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.trial is None or trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
+        if not self.active or trainer.sanity_checking:
             return
-        value, epoch = float(trainer.callback_metrics[self.monitor]), trainer.current_epoch
-        self.trial.report(value, step=epoch)
-        if self.trial.should_prune() and trainer.log_dir is not None:
-            record = {"trial": self.trial.number, "epoch": epoch, self.monitor: value}
-            runs.write_json(Path(trainer.log_dir) / PRUNED_FILE, record)
-            print(f"trial {self.trial.number} pruned after epoch {epoch} ({self.monitor} {value:.4f})", flush=True)
+        prune = False
+        if self.trial is not None and self.monitor in trainer.callback_metrics:  # rank 0
+            value, epoch = float(trainer.callback_metrics[self.monitor]), trainer.current_epoch
+            self.trial.report(value, step=epoch)
+            prune = self.trial.should_prune()
+            if prune:
+                record = {"trial": self.trial.number, "epoch": epoch, self.monitor: value}
+                if self.run is not None:
+                    runs.write_json(self.run / PRUNED_FILE, record)
+                print(f"trial {self.trial.number} pruned after epoch {epoch} ({self.monitor} {value:.4f})", flush=True)
+        # All ranks reach this point together; one rank stopping alone would leave the others waiting for it.
+        if trainer.strategy.broadcast(prune, src=0):
             trainer.should_stop = True
 
 
@@ -166,6 +191,7 @@ class Context:
     storage_url: str
     folder: Path
     extra: list[str]
+    server: trial_server.TrialServer | None = None  # warm trial processes (None: subprocesses)
 
 
 def sweep_folder(sweep: Sweep, base: dict[str, Any]) -> Path:
@@ -258,7 +284,7 @@ def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
 
 
 def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
-    """The objective: one ``python -m project.fit`` subprocess in the trial's run folder.
+    """The objective: one ``python -m project.fit`` process (:func:`run_fit`) in the trial's run folder.
 
     A retried trial (its worker died) continues the first try's run folder from its ``last.ckpt``. A fit
     killed by a signal while this worker lives is resumed the same way, up to ``max_retry`` times.
@@ -266,7 +292,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     Raises:
         Surplus: a grid trial that did not come from the queue (nothing is run).
         optuna.TrialPruned: the pruner stopped the run.
-        TrialFailed: fit exited with an error.
+        TrialFailed: fit exited with an error, or its ``results.json`` holds no finite objective value.
     """
     sweep = ctx.sweep
     frozen = study._storage.get_trial(trial._trial_id)  # Optuna 5's Trial no longer shows system attrs
@@ -314,8 +340,6 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         ENV_PRUNER: json.dumps(sweep.pruner),
         "PYTHONUNBUFFERED": "1",
     }
-    from project.data.workers import die_with_parent
-
     info["worker"] = f"{socket.gethostname()}:{os.getpid()}"
     trial.set_user_attr("worker", info["worker"])
     for _ in range(sweep.max_retry + 1):
@@ -323,30 +347,55 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         info["resumed"] = info.get("resumed", False) or bool(resume)
         note = " (resumed from last.ckpt)" if resume else ""
         print(f"trial {trial.number}: {run} {json.dumps(params)} seed {seed}{note}", flush=True)
-        command = [sys.executable, "-m", "project.fit", "--config", str(run / TRIAL_CONFIG), *resume]
-        with open(run / "sweep-fit.log", "a") as log:
-            proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-            info["pid"] = proc.pid
+
+        def started(pid: int) -> None:
+            info["pid"] = pid
             runs.write_json(run / TRIAL_FILE, info)
-            proc.wait()
-        if proc.returncode >= 0:
+
+        returncode = run_fit(ctx.server, ["--config", str(run / TRIAL_CONFIG), *resume], env, run / FIT_LOG, started)
+        if returncode >= 0:
             break  # else a signal killed fit while this worker lives: resume it here
-    if proc.returncode != 0:
-        error = scrubbed(_last_error(run / "sweep-fit.log"), ctx.storage_url)
+    if returncode != 0:
+        error = scrubbed(_last_error(run / FIT_LOG), ctx.storage_url)
         info.update(state="failed", error=error)
         runs.write_json(run / TRIAL_FILE, info)
-        raise TrialFailed(f"trial {trial.number}: fit exited with {proc.returncode}: {error}")
+        raise TrialFailed(f"trial {trial.number}: fit exited with {returncode}: {error}")
     results = runs.read_results(run)
-    value = float(results[sweep.metric])
+    value = results.get(sweep.metric)
+    finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     pruned = _read_json(run / PRUNED_FILE)
     if pruned.get("trial") == trial.number:
-        info.update(state="pruned", pruned=pruned, value=value)
+        info.update(state="pruned", pruned=pruned, value=float(value) if finite else None)
         runs.write_json(run / TRIAL_FILE, info)
         raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned['epoch']}")
+    if not finite:
+        error = (f"objective {sweep.metric} is {json.dumps(value)} in {run / runs.RESULTS}, not a finite number "
+                 "(see objective.metric in the sweep file)")  # fmt: skip
+        info.update(state="failed", error=error)
+        runs.write_json(run / TRIAL_FILE, info)
+        raise TrialFailed(f"trial {trial.number}: {error}")
+    value = float(value)
     info.update(state="complete", value=value)
     runs.write_json(run / TRIAL_FILE, info)
     print(f"trial {trial.number}: {sweep.metric} {value:.4f}", flush=True)
     return value
+
+
+def run_fit(
+    server: trial_server.TrialServer | None, args: list[str], env: dict[str, str], log: Path, started: Any
+) -> int:
+    """``python -m project.fit ARGS`` with ``env``, output appended to ``log``: in a warm child of the worker's
+    trial server (:mod:`project.trial_server`), else as a subprocess. Returns the exit status (negative: the
+    signal that killed it); ``started(pid)`` is called once fit runs."""
+    if server is not None and server.alive:
+        return server.run(args, env, log, started)
+    from project.data.workers import die_with_parent
+
+    with open(log, "a") as out:
+        command = [sys.executable, "-m", "project.fit", *args]
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        started(proc.pid)
+        return proc.wait()
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -397,6 +446,16 @@ def work(ctx: Context) -> None:
         return
 
 
+def _one_line_failures(record: logging.LogRecord) -> bool:
+    """Optuna logs a failed trial with the objective's traceback; ours (a failed fit, a surplus grid trial) are
+    told in their one-line message, the fit's own output is in the trial's ``sweep-fit.log``. A logging filter on
+    Optuna's handler."""
+    if record.exc_info and isinstance(record.exc_info[1], Surplus | TrialFailed):
+        record.exc_info, record.exc_text = None, None
+    # Optuna 5 follows each failure with "Trial N failed with value None.": ours raise, so it says nothing
+    return not record.getMessage().endswith(" failed with value None.")
+
+
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p = ArgumentParser(
         prog="python -m project.sweep",
@@ -431,15 +490,22 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for handler in logging.getLogger("optuna").handlers:
+        handler.addFilter(_one_line_failures)
     argv = list(sys.argv[1:] if argv is None else argv)
     ns, extra = parse(argv)
+    ctx: Context | None = None
     try:
         sweep = load_sweep(Path(ns.config), ns.n_trials)
         base = resolve_base(sweep, extra)
         for p in sweep.space:
             key_path(base, p.key)
         folder = sweep_folder(sweep, base)
+        check_objective(sweep, base)
         ctx = Context(sweep, base, ns.storage or default_storage(folder), folder, extra)
+        if not ns.report and ns.workers == 1:
+            # Before the storage is opened and Optuna's heartbeat thread starts: see project.trial_server.
+            ctx.server = trial_server.start()
         if ns.report:
             if ns.storage is None and not (folder / "study.db").is_file():
                 raise ConfigError(f"no sweep {sweep.name!r} yet: {folder / 'study.db'} does not exist; run it first")
@@ -449,11 +515,17 @@ def main(argv: list[str] | None = None) -> int:
                 folder.mkdir(parents=True, exist_ok=True)
             study = load_or_create_study(ctx, create=True)
     except ConfigError as e:
+        if ctx is not None and ctx.server is not None:
+            ctx.server.close()
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     status = 0
     if not ns.report and ns.workers == 1:
-        work(ctx)
+        try:
+            work(ctx)
+        finally:
+            if ctx.server is not None:
+                ctx.server.close()
     elif not ns.report:
         from project.data.workers import die_with_parent
 

@@ -292,6 +292,32 @@ def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
     return config
 
 
+def check_objective(sweep: Sweep, base: dict[str, Any]) -> None:
+    """Refuse an objective the base experiment cannot produce: ``best_val_acc`` (the checkpoint callback's best
+    ``val/acc``) without validation or without checkpointing is ``null`` in every trial's ``results.json``.
+
+    What this cannot see (a swept key that turns validation off, a NaN loss) fails that trial with one line.
+
+    Raises:
+        ConfigError: naming the setting and what to do.
+    """
+    trainer = base.get("trainer") or {}
+    if sweep.metric != "best_val_acc":
+        return
+    why = None
+    if trainer.get("limit_val_batches") in (0, 0.0):
+        why = "trainer.limit_val_batches is 0 (no validation)"
+    elif trainer.get("enable_checkpointing") is False:
+        why = "trainer.enable_checkpointing is false (the best val/acc is the checkpoint callback's)"
+    elif (trainer.get("max_epochs") or 0) > 0 and (trainer.get("check_val_every_n_epoch") or 1) > trainer["max_epochs"]:
+        why = f"trainer.check_val_every_n_epoch is beyond trainer.max_epochs {trainer['max_epochs']} (no validation)"
+    if why:
+        raise ConfigError(
+            f"objective.metric: best_val_acc is never measured: {why}; validate and checkpoint, or choose another "
+            "objective (test_acc)"
+        )
+
+
 def key_path(config: dict[str, Any], key: str) -> tuple[Any, Any]:
     """The container holding dotted ``key`` and the last part (an int for list items).
 

@@ -84,3 +84,16 @@ class Sigterm(Callback):
         at = os.environ.get("SIGTERM_AT")
         if at is not None and trainer.global_step == int(at):
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class ProcessTree(Callback):
+    """Writes ``process.json`` into the run folder when fit starts: this process's id, its parent's and its
+    grandparent's (Linux ``/proc``): where a sweep trial's process came from."""
+
+    def setup(self, trainer, pl_module, stage):
+        if stage != "fit" or not trainer.is_global_zero:
+            return
+        parent = os.getppid()
+        grandparent = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        tree = {"pid": os.getpid(), "parent": parent, "grandparent": grandparent}
+        (Path(trainer.logger.log_dir) / "process.json").write_text(json.dumps(tree))
