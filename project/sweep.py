@@ -151,7 +151,8 @@ class ReportToStudy(L.Callback):
         pruner = make_pruner(json.loads(os.environ.get(ENV_PRUNER) or "{}"))
         storage = open_storage(os.environ[ENV_STORAGE])
         study = optuna.load_study(study_name=os.environ[ENV_STUDY], storage=storage, pruner=pruner)
-        trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, int(os.environ[ENV_TRIAL]))
+        study_id = storage.get_study_id_from_name(os.environ[ENV_STUDY])
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(os.environ[ENV_TRIAL]))
         self.trial = optuna.Trial(study, trial_id)
         self.monitor = "val/acc" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "val/loss"
         # The logger's own folder, not trainer.log_dir: under DDP that is a collective (a broadcast) and this is
@@ -295,7 +296,8 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         TrialFailed: fit exited with an error, or its ``results.json`` holds no finite objective value.
     """
     sweep = ctx.sweep
-    frozen = study._storage.get_trial(trial._trial_id)  # Optuna 5's Trial no longer shows system attrs
+    # Optuna 5's Trial no longer shows system attrs: the frozen trial, through the study's public API
+    frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
     system = frozen.system_attrs
     if sweep.sampler == "grid" and "fixed_params" not in system:
         trial.set_user_attr("surplus", True)
