@@ -274,19 +274,12 @@ class ProjectCLI(LightningCLI):
             runs.check_folder(experiment, "trainer.logger.init_args.save_dir")
             return
         if cfg.ckpt_path is not None and args.version is not None:
-            run = experiment / f"version_{args.version}"
+            run = experiment / (f"version_{args.version}" if isinstance(args.version, int) else str(args.version))
             if run.is_dir() and runs.holds_run(run):
                 runs.check_no_links(run)
                 return
-        version = args.version
-        if version is not None and not isinstance(version, int):
-            version = int(str(version).removeprefix("version_")) if str(version).removeprefix("version_").isdigit() \
-                else None
-            if version is None:
-                raise ConfigError(
-                    f"trainer.logger.init_args.version: {args.version!r}: give a number N (the run folder version_N)"
-                )
-        args.version = runs.version_of(runs.claim_run(experiment, version))
+        run = runs.claim_run(experiment, args.version)
+        args.version = runs.version_of(run) if isinstance(args.version, int) or args.version is None else run.name
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
         # Lightning refuses ``enable_checkpointing=False`` next to a ModelCheckpoint, and the run's RunCheckpoint

@@ -147,10 +147,11 @@ def check_folder(path: str | Path, key: str, write: bool = True) -> None:
             path = path.parent
 
 
-def claim_run(experiment: str | Path, version: int | None = None) -> Path:
+def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
     """Create and return a new run folder ``experiment/version_N``, atomically.
 
-    ``N`` is one more than the highest version present (or ``version`` when given). The folder is made with
+    ``N`` is one more than the highest version present (or ``version`` when given: an int names ``version_N``, a
+    string the folder itself, as Lightning's loggers take it). The folder is made with
     ``os.mkdir``, which fails when the name exists: two processes never get the same folder, whatever the
     timing; a loser moves on to the next number. With an explicit ``version``, a folder that exists and holds
     a run is refused; an existing folder without a run (a sweep trial's folder, prepared by the sweep) is taken.
@@ -168,7 +169,10 @@ def claim_run(experiment: str | Path, version: int | None = None) -> Path:
     except OSError as e:
         raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {experiment} ({e.strerror})") from None
     if version is not None:
-        run = experiment / f"version_{version}"
+        name = f"version_{version}" if isinstance(version, int) else str(version)
+        if not name or Path(name).name != name or name in (".", ".."):
+            raise ConfigError(f"trainer.logger.init_args.version: {version!r} is not a folder name; give N or a name")
+        run = experiment / name
         try:
             run.mkdir()
         except FileExistsError:

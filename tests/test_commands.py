@@ -67,12 +67,15 @@ def test_commands_leave_nothing_in_the_working_directory(trained, tiny_mnist, tm
     assert sorted(p.name for p in elsewhere.iterdir()) == ["p.csv", "x.png"] and not missing.exists()
 
 
-@pytest.mark.parametrize("command", ["evaluate", "predict", "export", "summarize", "bench", "bench_e2e", "sweep"])
+@pytest.mark.parametrize(
+    "command",
+    ["evaluate", "predict", "export", "summarize", "sweep", "benchmarks.bench", "benchmarks.bench_e2e"],
+)
 def test_a_bad_command_line_is_one_error_line(command, tmp_path, capsys):
     """argparse's usage errors, like every other bad input: one line on stderr naming the problem, exit 2."""
     import importlib
 
-    main = importlib.import_module(f"project.{command}").main
+    main = importlib.import_module(command if "." in command else f"project.{command}").main
     try:  # evaluate, predict and export hand unknown options to the run's config: the folder is refused first
         code = main([str(tmp_path), "--no_such_option", "1"])
     except SystemExit as e:
@@ -88,7 +91,7 @@ for command in sys.argv[1:]:
     gc.unfreeze()
     sys.argv = ["x", "no-such-run", "--no_such_option", "1"]
     try:
-        runpy.run_module(f"project.{command}", run_name="__main__")
+        runpy.run_module(command if "." in command else f"project.{command}", run_name="__main__")
     except SystemExit as e:
         print(command, e.code, gc.get_freeze_count())
 """
@@ -97,7 +100,7 @@ for command in sys.argv[1:]:
 def test_a_command_process_ends_through_exit_with():
     """``python -m project.<command>`` exits with main()'s status, its imports frozen out of the garbage collector
     (``cli.exit_with``): Python's exit scans whatever is not frozen, 2.4 s of a ``fit`` on a 2-core CPU."""
-    commands = ["fit", "evaluate", "predict", "export", "bench"]
+    commands = ["fit", "evaluate", "predict", "export", "benchmarks.bench"]
     out = subprocess.run([sys.executable, "-c", RUN_AS_MAIN, *commands], capture_output=True, text=True, cwd=REPO)
     rows = [line.split() for line in out.stdout.splitlines()]
     assert [r[:2] for r in rows] == [[c, "2"] for c in commands], out.stdout + out.stderr

@@ -86,7 +86,7 @@ def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp
     seen = set()
     for run in folders:
         files = sorted(p.name for p in run.iterdir() if p.is_file() and not p.name.startswith("events."))
-        assert files == ["config.yaml", "hparams.yaml", "results.json"], (run, files)
+        assert files == ["config.yaml", "hparams.yaml", "metrics.csv", "results.json"], (run, files)
         seed = yaml.safe_load((run / "config.yaml").read_text())["seed_everything"]
         assert results(run)["seed"] == seed and results(run)["log_dir"] == str(run.resolve())
         assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "last.ckpt"
