@@ -114,6 +114,7 @@ def test_load_from_checkpoint_refuses_huge_hyper_parameters_before_building(clai
 
 RSS_GROWTH = """
 import os, sys
+import torch  # imported before measuring: project.runs imports it only when a checkpoint is loaded
 from project import runs
 
 
