@@ -9,11 +9,13 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -363,11 +365,23 @@ class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
     Added here, each epoch: ``train/epoch_time_s`` (seconds of training steps, data loading included,
     validation and checkpointing excluded), logged, and ``epoch_time_s`` / ``samples_per_s`` lists (all ranks
     together) for ``results.json``; ``flags``: the cudnn flags in effect during training. Rank 0 only, like
-    the library callback.
+    the library callback. Takes the parent's arguments (``batch_size_fn`` defaults to :func:`batch_samples`).
+
+    Differences from Lightning's ThroughputMonitor, by Lightning's own tests (``scripts/upstream_tests.sh``,
+    11 of 13 fail, all for these): validation, test and predict rates are not logged (5 tests); one more
+    ``log_metrics`` call per epoch (``train/epoch_time_s``), and the epoch clock reads ``time.perf_counter``,
+    whose values those tests script call by call (6 tests; they pass with the two epoch hooks removed);
+    ``window_size`` defaults to ``log_every_n_steps`` (at least 2), not 100.
     """
 
-    def __init__(self, window_size: int | None = None) -> None:
-        super().__init__(batch_size_fn=batch_samples)
+    def __init__(
+        self,
+        window_size: int | None = None,
+        batch_size_fn: Callable[[Any], int] = batch_samples,
+        length_fn: Callable[[Any], int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(batch_size_fn=batch_size_fn, length_fn=length_fn, **kwargs)
         self.window_size = window_size
         self.epoch_time_s: list[float] = []
         self.samples_per_s: list[float] = []
@@ -448,11 +462,18 @@ class StepLearningRateMonitor(LearningRateMonitor):
     """Lightning's ``LearningRateMonitor`` (``lr-<Optimizer>`` tags), logging at every optimizer step.
 
     The stock callback logs only every ``trainer.log_every_n_steps`` steps (none at all in a run shorter
-    than that); one scalar per step costs nothing measurable next to a training step.
+    than that); one scalar per step costs nothing measurable next to a training step. Takes the parent's
+    ``log_momentum`` and ``log_weight_decay``; ``logging_interval`` is always ``"step"``.
+
+    Differences from Lightning's LearningRateMonitor, by Lightning's own tests (``scripts/upstream_tests.sh``,
+    6 of 19 fail, all for these): no ``logging_interval`` argument (4 tests); an epoch-wise scheduler's rate is
+    logged at every step, not once per epoch (``test_lr_monitor_update_callback_metrics``); names of param
+    groups added at an epoch start (``BackboneFinetuning``) appear at that epoch's first step, not at its
+    start (``test_multiple_optimizers_basefinetuning``).
     """
 
-    def __init__(self) -> None:
-        super().__init__(logging_interval="step")
+    def __init__(self, log_momentum: bool = False, log_weight_decay: bool = False) -> None:
+        super().__init__(logging_interval="step", log_momentum=log_momentum, log_weight_decay=log_weight_decay)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         stats = adapters.lr_stats(self, trainer)
@@ -466,7 +487,16 @@ class RunCheckpoint(ModelCheckpoint):
 
     Lightning 2.6 rewrites ``last.ckpt`` at the end of validation only when a top-k checkpoint was saved in
     the same step: after an epoch that did not improve the monitored score, ``last.ckpt`` still held an older
-    epoch, and a resume from it silently repeated epochs.
+    epoch, and a resume from it silently repeated epochs. Same arguments as the parent (and its signature).
+
+    Differences from Lightning's ModelCheckpoint, by Lightning's own tests (``scripts/upstream_tests.sh``,
+    18 of 137 fail, all for these): the callback's checkpoint state is stored under ``"RunCheckpoint{...}"``
+    (Lightning keys it by class name; 12 tests look up ``"ModelCheckpoint{...}"`` and pass under that key);
+    ``save_last='link'`` is refused (2); a restored ``best_model_path`` etc. outside ``dirpath`` is dropped
+    (``test_model_checkpoint_saveload_ckpt``); ``last.ckpt`` is rewritten at every save point, so with
+    ``save_last=True`` and no top-k save it is written every epoch (2 of
+    ``test_save_last_every_n_epochs_interaction``). ``test_configure_model_checkpoint`` fails as the
+    Trainer's own default callback is Lightning's class.
     """
 
     _last_saved_step: int | None = None
@@ -481,6 +511,9 @@ class RunCheckpoint(ModelCheckpoint):
                 "checkpoint.save_last: 'link' makes last.ckpt a link to another checkpoint, which may be an older "
                 "epoch than the last one; use true (last.ckpt then always holds the newest state)"
             )
+
+    # the parent's keyword arguments, as inspect.signature (help(), IDEs, Lightning's own tests) reads them
+    __init__.__signature__ = inspect.signature(ModelCheckpoint.__init__)  # type: ignore[attr-defined]
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Lightning's restore, with every path from the checkpoint treated as data: one that is not a file

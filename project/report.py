@@ -139,13 +139,17 @@ class RunTensorBoardLogger(_TensorBoardLogger):
     Named apart from Lightning's class so that the shorthand ``--trainer.logger TensorBoardLogger`` names one class
     (jsonargparse refuses a short name two classes share); :class:`project.cli.ProjectCLI` runs a Lightning
     ``TensorBoardLogger`` config as this class. ``project.report.TensorBoardLogger`` (older runs' ``config.yaml``)
-    is the same class."""
+    is the same class.
+
+    Differences from Lightning's TensorBoardLogger, by Lightning's own tests (``scripts/upstream_tests.sh``):
+    none fail (18 pass; the parent fails ``test_tensorboard_log_graph`` on torch's ``torch.jit.trace``
+    FutureWarning, which :meth:`log_graph` filters). They do not assert the ``epoch`` scalar."""
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         metrics = {k: v for k, v in metrics.items() if k != "epoch"}
         if metrics:
-            super().log_metrics(metrics, step)
+            super().log_metrics(metrics=metrics, step=step)
 
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:
