@@ -188,13 +188,13 @@ def test_kill_9_leaves_no_orphan_processes(fashion_data, tmp_path):
     assert len(kids) >= 4, kids
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    deadline = time.time() + 10
+    deadline = time.time() + 30  # the kernel's parent-death signal; a loaded machine schedules it late
     while time.time() < deadline and any(alive(p) for p in kids):
         time.sleep(0.2)
     left = [p for p in kids if alive(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
-    assert left == [], "orphans outlived the training process by 10 s"
+    assert left == [], "orphans outlived the training process by 30 s"
 
 
 BLOCKING_SAVE = """
