@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import inspect
 import itertools
 import logging
@@ -429,6 +430,9 @@ class LocalAtomicCheckpointIO(TorchCheckpointIO):
         if local is None:
             return super().save_checkpoint(checkpoint, path, storage_options)
         local.parent.mkdir(parents=True, exist_ok=True)
+        for stale in local.parent.glob(f".{glob.escape(local.name)}.*.tmp"):  # a writer killed midway (kill -9)
+            if stale.is_file() and not stale.is_symlink():
+                stale.unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:

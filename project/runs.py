@@ -113,12 +113,13 @@ def holds_run(run: Path) -> bool:
     return (run / CONFIG).exists() or (run / CONFIG).is_symlink()
 
 
-def check_folder(path: str | Path, key: str, write: bool = True) -> None:
+def check_folder(path: str | Path, key: str, write: bool = True, keep: bool = False) -> None:
     """Refuse, before any work, a folder the command must create (or, with ``write``, write into) but cannot.
 
     The nearest existing ancestor of ``path`` must be a folder this process may write into; a missing ``path``
     is created and removed again to be sure (read-only mounts, ``/proc`` and root's permissions are not told
-    by the mode bits). An existing folder without ``write`` is accepted as it is (read-only data is fine).
+    by the mode bits; with ``keep`` it stays). An existing folder without ``write`` is accepted as it is
+    (read-only data is fine).
 
     Raises:
         ConfigError: ``key``: ``path`` is a file, lies under a file, or is not writable, naming the fix.
@@ -138,12 +139,14 @@ def check_folder(path: str | Path, key: str, write: bool = True) -> None:
         raise ConfigError(f"{key}: {path} {what} by this user; choose a folder you can write to, or fix its owner")
     if existing != path:  # permissions do not tell everything (root, read-only mounts, /proc): try, then undo
         try:
-            path.mkdir(parents=True)
+            path.mkdir(parents=True, exist_ok=True)  # another process may be creating it at the same moment
         except OSError as e:
             raise ConfigError(f"{key}: {path} cannot be created ({e.strerror}); choose another folder") from None
+        if keep:
+            return
         while path != existing:
             with contextlib.suppress(OSError):
-                path.rmdir()
+                path.rmdir()  # only when empty: never a folder another process has started using
             path = path.parent
 
 
@@ -160,9 +163,9 @@ def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
         ConfigError: the experiment folder cannot be created or written (naming it), or ``version`` holds a run.
     """
     experiment = Path(experiment)
-    check_folder(experiment, "trainer.logger.init_args.save_dir")
     missing = [experiment, *experiment.parents]
     missing = missing[: next(i for i, p in enumerate(missing) if p.exists())] if experiment.parents else []
+    check_folder(experiment, "trainer.logger.init_args.save_dir", keep=True)
     try:
         experiment.mkdir(parents=True, exist_ok=True)
         _claimed.extend(reversed(missing))  # released (when empty) after the run folder, deepest first

@@ -6,7 +6,6 @@ Most tests run in-process on the tiny MNIST fixture; the concurrency test starts
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -27,22 +26,24 @@ def error_lines(capsys) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("error:")]
 
 
-def _claim_many(experiment: str, n: int, queue) -> None:
-    queue.put([str(runs.claim_run(experiment)) for _ in range(n)])
+CLAIM_MANY = """
+import sys
+from project import runs
+print(*(runs.claim_run(sys.argv[1]) for _ in range(int(sys.argv[2]))), sep="\\n")
+"""
 
 
 # -- one run per folder ------------------------------------------------------------------------------------------
 def test_claim_run_gives_every_process_its_own_folder(tmp_path):
     """8 processes claim 15 folders each at the same moment: 120 distinct folders, none reused."""
     experiment = tmp_path / "logs" / "exp"
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_claim_many, args=(str(experiment), 15, queue)) for _ in range(8)]
+    procs = [subprocess.Popen([sys.executable, "-c", CLAIM_MANY, str(experiment), "15"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]  # fmt: skip
+    claimed = []
     for p in procs:
-        p.start()
-    claimed = [path for _ in procs for path in queue.get(timeout=120)]
-    for p in procs:
-        p.join(timeout=60)
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        claimed += out.split()
     assert len(claimed) == 120 and len(set(claimed)) == 120
     assert sorted(runs.version_of(Path(c)) for c in claimed) == list(range(120))
 
