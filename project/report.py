@@ -8,7 +8,6 @@ import csv
 import io
 import json
 import math
-import os
 import re
 import statistics
 import warnings
@@ -281,9 +280,7 @@ class EpochMetrics(Callback):
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.rows)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(out.getvalue())
-        os.replace(tmp, self.path)
+        runs.write_text(self.path, out.getvalue())  # whole or not at all, never through a planted link
 
 
 def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[str, Any]:

@@ -322,7 +322,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     run.mkdir(parents=True, exist_ok=True)
     (run / PRUNED_FILE).unlink(missing_ok=True)
     config = trial_config(ctx.base, params, seed, str(ctx.folder.parent), sweep.name, number)
-    (run / TRIAL_CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
+    runs.write_text(run / TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
     info.update(
         sweep=sweep.name,
         study=sweep.name,
