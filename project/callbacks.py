@@ -8,13 +8,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import inspect
 import itertools
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -186,14 +183,15 @@ class Pruning(ModelPruning):
 
     def schedule(self) -> dict[str, Any]:
         """The settings that decide which weights are pruned when (stored in checkpoints, compared on resume)."""
+        names, global_pruning = adapters.pruning_settings(self)
         return {
             "method": self.method,
             "amount": float(self.target),
             "start_epoch": int(self.start_epoch),
             "end_epoch": int(self.end_epoch),
             "layers": [t.__name__ for t in self.layer_types],
-            "parameter_names": adapters.pruning_settings(self)[0],
-            "global_pruning": adapters.pruning_settings(self)[1],
+            "parameter_names": names,
+            "global_pruning": global_pruning,
         }
 
     # -- schedule ------------------------------------------------------------------------------
@@ -433,17 +431,8 @@ class LocalAtomicCheckpointIO(TorchCheckpointIO):
         for stale in local.parent.glob(f".{glob.escape(local.name)}.*.tmp"):  # a writer killed midway (kill -9)
             if stale.is_file() and not stale.is_symlink():
                 stale.unlink(missing_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, local)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        with runs.atomic_file(local) as f:
+            torch.save(checkpoint, f)
 
     def remove_checkpoint(self, path: Any) -> None:
         local = local_path(path)

@@ -38,6 +38,7 @@ import os
 import re
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -431,13 +432,15 @@ def read_results(run: Path) -> dict[str, Any]:
     return data
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically, never through a link; returns ``path``.
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Any]:
+    """A binary file object whose content replaces ``path`` atomically, never through a link, when the block ends.
 
     The bytes go to a new temporary file that :func:`tempfile.mkstemp` creates exclusively (``O_EXCL``: a link
     or file planted under any name is never opened) in the same folder, are flushed to disk, and the file is
     renamed over ``path`` (``os.replace``, which replaces a link at ``path`` rather than following it). A reader
-    sees the old or the new file, never a half-written one, even when the process is killed midway.
+    sees the old or the new file, never a half-written one, even when the process is killed midway. An error in
+    the block removes the temporary file and leaves ``path`` as it was.
 
     Raises:
         OSError: the folder is missing or unwritable, or the disk is full (the temporary file is removed).
@@ -446,7 +449,7 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team sharing logs/
@@ -455,7 +458,13 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return path
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through :func:`atomic_file`; returns ``path``."""
+    with atomic_file(path) as f:
+        f.write(data)
+    return Path(path)
 
 
 def write_text(path: str | Path, text: str) -> Path:
