@@ -1,44 +1,39 @@
-"""The project's ``LightningCLI`` and the one-line error handling shared by every entry point.
+"""The project's ``LightningCLI``, shared by every command (the one-line error handling: :mod:`project.entry`).
 
 * :class:`ProjectCLI` -- LightningCLI over :class:`~project.module.ImageClassifier` and the data modules with
   the project's defaults (TensorBoard under ``logs/``, best/last checkpoints by ``val/acc``, learning rate
-  every step, ``cudnn.enabled``), values typed as given, and shared config checks.
-* :func:`run_main` -- turns every user-caused failure (jsonargparse's, ours, Lightning's
-  ``MisconfigurationException``) into one ``error:`` line and an exit status.
+  every step, ``cudnn.enabled``), values typed as given, and shared config checks. Every callback and plugin a
+  run uses is a key of its config (``--print_config``), and a run-folder command (:mod:`project.commands`) adds
+  its own options to the same parser.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
-import re
-import signal
 import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import lightning as L
 import torch
 import yaml
-from jsonargparse import ArgumentError
-from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.fabric.plugins import CheckpointIO
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from project import adapters, cluster, ddp  # noqa: F401  (ddp: every ddp* strategy name binds its rendezvous to one address)
-from project.callbacks import (
-    CudnnFlags,
-    LocalAtomicCheckpointIO,
-    Pruning,
-    RunCheckpoint,
-    StepLearningRateMonitor,
-    Throughput,
-)
+from project.callbacks import CudnnFlags, Pruning, RunCheckpoint, Throughput
 from project.data import VisionDataModule
-from project.errors import ConfigError, UserError, yaml_problem
+from project.entry import (  # noqa: F401  (the entry points' error handling, public here too)
+    SIGTERM_STATUS,
+    exit_with,
+    explain_parse_error,
+    run_main,
+    setup_logging,
+)
+from project.errors import ConfigError, yaml_problem
 from project.module import ImageClassifier
 from project.report import EpochMetrics, TensorBoardLayout
 
@@ -53,6 +48,20 @@ LIGHTNING_TENSORBOARD = (
     "lightning.pytorch.loggers.tensorboard.TensorBoardLogger",
 )
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
+# The callbacks every run gets, each under its own key so that ``--print_config`` shows it and YAML or the command
+# line changes it (``--lr_monitor.log_momentum true``, another class by ``class_path``) or removes it
+# (``--lr_monitor null``). key -> (the class a replacement must subclass, the default's class path).
+RUN_CALLBACKS: dict[str, tuple[type, str]] = {
+    "throughput": (Throughput, "project.callbacks.Throughput"),
+    "lr_monitor": (LearningRateMonitor, "project.callbacks.StepLearningRateMonitor"),
+    "tensorboard_layout": (TensorBoardLayout, "project.report.TensorBoardLayout"),
+    "metrics_csv": (EpochMetrics, "project.report.EpochMetrics"),
+    "slurm_requeue": (cluster.SlurmRequeue, "project.cluster.SlurmRequeue"),
+}
+# Run callbacks that write through the logger: left out of a Trainer without one (evaluate, predict, export,
+# ``--trainer.logger false``), where Lightning's LearningRateMonitor would refuse to start.
+NEEDS_LOGGER = (LearningRateMonitor, TensorBoardLayout, EpochMetrics)
+DEFAULT_PLUGINS = [{"class_path": "project.callbacks.LocalAtomicCheckpointIO"}]
 HELP_OVERVIEW = """The project's own options: --model.* (net, widths, optimizer, lr_scheduler, channels_last, compile),
 --data.* (data_dir, source_dir, batch_size, num_workers, val_size, in_memory; see
 `--data.help project.data.FashionMNISTDataModule`), --checkpoint.*, --cudnn.enabled, --ckpt_path,
@@ -128,8 +137,19 @@ class ProjectCLI(LightningCLI):
         ConfigError, jsonargparse.ArgumentError: bad input, before anything is written.
     """
 
-    def __init__(self, args: list[str] | None = None, prog: str = "python -m project.fit", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        args: list[str] | None = None,
+        prog: str = "python -m project.fit",
+        command_options: Callable[[LightningArgumentParser], None] | None = None,
+        usage: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # a run-folder command (project.commands) adds its own options to this one parser
+        self.command_options = command_options
         kwargs["description"] = f"{kwargs.get('description', '')}\n\n{HELP_OVERVIEW}".strip()
+        usage = usage or (f"{prog} [--config CONFIG ...] [--model.* ...] [--data.* ...] [--trainer.* ...] "
+                          "[--ckpt_path CKPT] [--print_config]")  # fmt: skip
         super().__init__(
             model_class=ImageClassifier,
             datamodule_class=VisionDataModule,
@@ -139,14 +159,7 @@ class ProjectCLI(LightningCLI):
             args=args,
             seed_everything_default=42,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={
-                "exit_on_error": False,
-                "allow_abbrev": False,
-                "prog": prog,
-                "usage": f"{prog} [--config CONFIG ...] [--model.* ...] [--data.* ...] [--trainer.* ...] "
-                "[--ckpt_path CKPT] [--print_config]",
-                **kwargs,
-            },
+            parser_kwargs={"exit_on_error": False, "allow_abbrev": False, "prog": prog, "usage": usage, **kwargs},
             auto_configure_optimizers=False,
         )
 
@@ -186,6 +199,8 @@ class ProjectCLI(LightningCLI):
         )
         parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.add_lightning_class_args(CudnnFlags, "cudnn")
+        for key, (base, _) in RUN_CALLBACKS.items():
+            parser.add_lightning_class_args(base, key, subclass_mode=True, required=False)
         # One seed: the split and shuffling order follow seed_everything.
         parser.link_arguments("seed_everything", "data.init_args.seed")
         parser.link_arguments("data", "model.num_classes", compute_fn=lambda d: d.num_classes, apply_on="instantiate")
@@ -200,8 +215,12 @@ class ProjectCLI(LightningCLI):
                 "checkpoint.save_last": True,
                 "checkpoint.filename": "epoch{epoch:02d}-val_acc{val/acc:.4f}",
                 "checkpoint.auto_insert_metric_name": False,
+                "trainer.plugins": DEFAULT_PLUGINS,
+                **{key: {"class_path": path} for key, (_, path) in RUN_CALLBACKS.items()},
             }
         )
+        if self.command_options is not None:
+            self.command_options(parser)
         adapters.prefer_int_over_float(parser)
 
     def before_instantiate_classes(self) -> None:
@@ -222,6 +241,11 @@ class ProjectCLI(LightningCLI):
         if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
             # TensorBoard's graph is a torch.jit.trace, which cannot trace a torch.compile'd forward.
             logger.init_args.log_graph = False
+        if cfg.get("throughput") is None:
+            raise ConfigError(
+                "throughput: null removes the callback that measures results.json's train_samples_per_s and "
+                "epoch_time_s; keep it or change it (its options: --throughput.help project.callbacks.Throughput)"
+            )
         if cfg.trainer.barebones:
             raise ConfigError(
                 "trainer.barebones: true turns off self.log, the metrics fit reports (test acc, results.json) are "
@@ -284,25 +308,31 @@ class ProjectCLI(LightningCLI):
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
         # Lightning refuses ``enable_checkpointing=False`` next to a ModelCheckpoint, and the run's RunCheckpoint
         # (``checkpoint.*``) is always one: without checkpointing it is left out, and fit tests the final weights.
-        if config.get("enable_checkpointing") is False:
-            callbacks = [c for c in callbacks if not isinstance(c, RunCheckpoint)]
+        # Removed run callbacks (``--lr_monitor null``) are None here; those that write through the logger are
+        # left out of a Trainer without one.
+        logged = bool(config.get("logger"))
+        callbacks = [
+            c for c in callbacks
+            if c is not None
+            and not (config.get("enable_checkpointing") is False and isinstance(c, RunCheckpoint))
+            and (logged or not isinstance(c, NEEDS_LOGGER))
+        ]  # fmt: skip
         return super()._instantiate_trainer(config, callbacks)
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         plugins = self.config_init.trainer.get("plugins") or []
         plugins = plugins if isinstance(plugins, list) else [plugins]
-        if not any(hasattr(p, "save_checkpoint") for p in plugins):
-            kwargs["plugins"] = [*plugins, LocalAtomicCheckpointIO()]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            raise ConfigError(
+                "trainer.plugins: no CheckpointIO; checkpoints are written whole (temporary file, then rename) by "
+                "project.callbacks.LocalAtomicCheckpointIO: keep it in the list (add plugins with "
+                "--trainer.plugins+=CLASS) or give your own CheckpointIO"
+            )
         with warnings.catch_warnings():
             # Lightning says this as a long UserWarning with a source line; we say it once, plainly, below.
             warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
             trainer = super().instantiate_trainer(**kwargs)
         Pruning.number_copies(trainer.callbacks)  # before a resume looks up each one's state
-        trainer.callbacks.append(Throughput())
-        if cluster.slurm_job() is not None:
-            trainer.callbacks.append(cluster.SlurmRequeue())
-        if trainer.loggers:
-            trainer.callbacks += [StepLearningRateMonitor(), TensorBoardLayout(), EpochMetrics()]
         requested = str(self.config.trainer.precision)
         requested = trainer.precision if requested == "None" else requested
         if requested != trainer.precision and trainer.is_global_zero:
@@ -350,178 +380,3 @@ def fastest_precision(accelerator: Any) -> str:
     if torch.cuda.is_available() and ("auto" in name or "gpu" in name or "cuda" in name):
         return "16-mixed"
     return "bf16-mixed" if adapters.cpu_has_native_bf16() else "32-true"
-
-
-_GENERIC = ("Expected a <class 'NoneType'>", "Not a valid subclass", "a class path", "a dict ")
-
-
-def explain_parse_error(message: str) -> str:
-    """Boil jsonargparse's multi-line type error down to one line: the key, the value, what was expected.
-
-    A ``ConfigError`` raised while a class was instantiated (e.g. ``model.net: ...``) is passed through as is.
-    """
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    restricted = re.search(r"Not of type (\w+): (.*?) does not conform to restriction (.*)", message)
-    if restricted:
-        keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
-        name, value, rule = restricted.groups()
-        return f"{'.'.join(keys)}: {value} is not a {name} (needs {rule.strip()})"
-    nested = re.search(
-        r"- Problem with given class_path '[^']+':\s*Parser key \"([^\"]+)\":\s*Expected a (.*?)\. Got value: (.*)",
-        message,
-    )
-    outer = re.match(r'Parser key "([^"]+)"', message.strip())
-    if nested and outer:  # an init argument of a class given by class_path (e.g. a callback's): name the key
-        key, expected, given = nested.groups()
-        expected = re.sub(r"<class '(\w+)'>", r"\1", expected).replace("typing.Literal", "one of ")
-        return f"{outer.group(1)}.{key}: invalid value {given.strip()!r}; expected {expected}"
-    deep = _explain_nested(message)
-    if deep:
-        return deep
-    errors = [line[2:] for line in lines if line.startswith("- ")]
-    specific = [e for e in errors if not e.startswith(_GENERIC) and not e.startswith("Expected a ")]
-    if specific:
-        return specific[0]
-    key = re.search(r'Parser key "([^"]+)"', message)
-    given = re.search(r"(?:Given|Got) value: (.*)", message)
-    single = re.search(r"Expected a (.*?)\. Got value", message)
-    if single:
-        errors = [f"Expected a {single.group(1)}"]
-    expected = [
-        e.removeprefix("Expected a ") for e in errors if e.startswith("Expected a ") and not e.startswith(_GENERIC)
-    ]
-    expected = [re.sub(r"<class '(\w+)'>", r"\1", e).replace("typing.Literal", "one of ") for e in expected]
-    if key and given:
-        return f"{key.group(1)}: invalid value {given.group(1)!r}; expected {' or '.join(expected) or 'another type'}"
-    return lines[0] if lines else message
-
-
-def _explain_nested(message: str) -> str | None:
-    """A bad value inside a class given by ``class_path`` (the data module's ``batch_size``, the optimizer's
-    ``lr``, ...): jsonargparse reports it under the outer key, nested. Name the whole key, the value and the type
-    expected; None when the message is not of that kind."""
-    keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
-    if len(keys) >= 2:  # a bad value: checked first, jsonargparse may also list an option it tried and refused
-        key = ".".join(keys)
-        not_of_type = re.findall(r"Not of type (\w+): (.*)", message)
-        if not_of_type:
-            name, why = not_of_type[-1]
-            return f"{key}: {why.strip()} (expected {name})"
-        given = re.findall(r"Given value: (.*?)(?:\. Got value:.*)?$", message, re.MULTILINE)
-        expected = sorted(set(re.findall(r"Expected a <class '(\w+)'>", message)) - {"NoneType"})
-        if given and expected:
-            return f"{key}: invalid value {given[-1].strip()!r}; expected {' or '.join(expected)}"
-    unknown = re.search(r"Option '([^']+)' is not accepted", message)
-    cls = re.search(r"class_path '([^']+)'", message)
-    if unknown and keys and cls:  # a misspelled init argument in a YAML file
-        return (f"{keys[0]}.{unknown.group(1)}: {cls.group(1)} has no such option "
-                f"(its options: --{keys[0]}.help {cls.group(1)})")  # fmt: skip
-    return None
-
-
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
-    # Lightning advertises a cloud logger on every start; this project logs to TensorBoard.
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
-
-
-SIGTERM_STATUS = 128 + signal.SIGTERM  # 143
-
-
-def exit_with(main: Callable[[], int]) -> NoReturn:
-    """``sys.exit(main())`` for the process of a ``python -m project.<command>``, without Python's slow exit.
-
-    At exit Python collects garbage over every object still alive: after importing torch, torchvision and
-    Lightning that pass took 2.4 s of a ``fit`` on a 2-core CPU. ``gc.freeze()`` (standard library) moves the
-    objects alive at that moment (the imported modules, mostly) out of the collector's reach, here before and
-    after the work; the exit then took 0.5 s, and the collections during training found less to scan. Nothing
-    is skipped: finalizers, ``atexit`` handlers and logger flushes still run.
-
-    A run stopped by SIGTERM (:data:`SIGTERM_STATUS` from :func:`run_main`) ends by SIGTERM again, as a shell
-    command does, so that SLURM, a container runtime or ``project.sweep`` sees a killed process, not a success.
-    """
-    gc.freeze()
-    status = main()
-    gc.freeze()
-    if status == SIGTERM_STATUS:  # stopped by SIGTERM: end by it too, so that a parent (a scheduler) sees a kill
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-    sys.exit(status)
-
-
-def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
-    """Build the CLI, do the work; every user-caused failure becomes one ``error:`` line on stderr.
-
-    Returns:
-        0 on success, 2 for a bad config (parse errors, :class:`ConfigError`, Lightning's
-        ``MisconfigurationException``), 1 for bad data or a failed run (:class:`UserError`),
-        :data:`SIGTERM_STATUS` (143, as a shell reports a SIGTERM) when a SIGTERM stopped the run.
-    """
-    setup_logging()
-    cli = None
-    from project import runs
-
-    try:
-        cli = make_cli()
-        work(cli)
-    except SIGTERMException:  # Lightning's loops raise it (a SystemExit without a code) after a SIGTERM
-        print("error: stopped by SIGTERM; a run folder that holds a checkpoint is kept: resume it with --ckpt_path "
-              "last (or the folder)", file=sys.stderr)  # fmt: skip
-        return SIGTERM_STATUS
-    except (ArgumentError, ValueError, MisconfigurationException, UserError) as e:
-        parsing = cli is None
-        status = _exit_status(e, parsing)
-        if status is None:
-            raise
-        if parsing and not isinstance(e, MisconfigurationException):
-            print(f"error: {explain_parse_error(str(e))} (see --help)", file=sys.stderr)
-        else:
-            print(f"error: {_one_line(e)}", file=sys.stderr)
-        return status
-    finally:
-        runs.release_claimed()  # a run folder claimed for a command that failed before writing into it
-    return 0
-
-
-def _exit_status(e: BaseException, parsing: bool) -> int | None:
-    """2 for a bad config, 1 for bad data or a failed run, None for a bug (re-raised with its traceback)."""
-    if isinstance(e, (ArgumentError, ConfigError, MisconfigurationException)):
-        return 2
-    if isinstance(e, UserError):
-        return 1
-    # a plain ValueError: jsonargparse's type checks while parsing; Lightning's checks of settings while building
-    # the Trainer (e.g. barebones with a logger) or while running
-    bad_config = (parsing and "Does not validate" in str(e)) or _raised_by_lightning(e)
-    return 2 if bad_config else None
-
-
-def _raised_by_lightning(e: BaseException) -> bool:
-    """Whether Lightning itself raised ``e`` (its checks of Trainer settings against the data raise ValueError)."""
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and f"{os.sep}lightning{os.sep}" in tb.tb_frame.f_code.co_filename
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
-
-
-def cli_for_run(run: Any, overrides: list[str], prog: str) -> ProjectCLI:
-    """The run's own experiment, rebuilt from its latest config (``config.yaml`` or the newest resume's).
-
-    No logger and no resume, so nothing is written into the run by rebuilding it; ``overrides`` are
-    ordinary CLI arguments (e.g. ``--data.data_dir``, ``--data.batch_size``, ``--trainer.accelerator cpu``).
-    The config may name any importable class: it is code, load only runs you trust.
-
-    Raises:
-        ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
-    """
-    from project import runs
-
-    args = ["--config", str(runs.latest_config(run)), "--trainer.logger", "false", "--ckpt_path", "null",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            *overrides]  # fmt: skip
-    return ProjectCLI(args, prog=prog)

@@ -89,15 +89,16 @@ def prepare(cfg: Any) -> None:
 
 
 class SlurmRequeue(Callback):
-    """Added by the CLI under SLURM: Lightning's preemption checkpoint goes into the run's ``checkpoints/``,
-    and rank 0 records the job in the run folder (``slurm_job.json``), so a requeued start finds both.
+    """Under SLURM (or with ``PROJECT_JOB_ID``): Lightning's preemption checkpoint goes into the run's
+    ``checkpoints/``, and rank 0 records the job in the run folder (``slurm_job.json``), so a requeued start finds
+    both. Elsewhere it does nothing. Every run has it (``slurm_requeue`` in ``--print_config``).
 
     Lightning saves the preemption checkpoint into ``trainer.default_root_dir``; that is set here, from the
     run folder all ranks agree on (``trainer.log_dir``, broadcast by Lightning), at ``setup``.
     """
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit":
+        if stage != "fit" or slurm_job() is None:
             return
         log_dir = trainer.log_dir  # a collective under DDP (a broadcast): read once, on every rank
         if log_dir is None:

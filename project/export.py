@@ -30,31 +30,27 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from jsonargparse.typing import PositiveFloat, PositiveInt
+from lightning.pytorch.cli import LightningArgumentParser
 
 from project import runs
-from project.cli import ProjectCLI, cli_for_run, exit_with, run_main
-from project.errors import ArgumentParser, ConfigError, UserError
-from project.evaluate import load_weights
+from project.cli import ProjectCLI
+from project.commands import Command, RunJob, exit_with, main_of
+from project.errors import ConfigError, UserError
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts.pt", "pt2": ".pt2"}
 LATENCY_BATCHES = (1, 256)
 
 
-@dataclass
-class Job:
-    run: Path
-    ckpt: Path
-    ckpt_name: str
-    format: str
-    out: Path
-    atol: float
-    repeats: int
-    cli: ProjectCLI
+def add_arguments(parser: LightningArgumentParser) -> None:
+    parser.add_argument("--format", type=Literal["onnx", "torchscript", "pt2"], default="onnx", help="file format")
+    parser.add_argument("--out", type=str | None, default=None, help="file to write (default: in the run folder)")
+    parser.add_argument("--atol", type=PositiveFloat, default=1e-4, help="max abs difference to eager outputs")
+    parser.add_argument("--repeats", type=PositiveInt, default=20, help="timed calls per latency figure")
 
 
 def test_batch(cli: ProjectCLI, n: int = 256) -> torch.Tensor:
@@ -112,37 +108,43 @@ def median_ms(fn: Callable, x: torch.Tensor, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def export(job: Job) -> dict[str, Any]:
+def export(job: RunJob) -> dict[str, Any]:
     """Export, check and time the net; write ``export.json``; return this format's record.
 
     Raises:
-        UserError: the export failed or its outputs differ from eager PyTorch by more than ``job.atol``.
+        ConfigError: ``--out`` is a folder.
+        UserError: the export failed or its outputs differ from eager PyTorch by more than ``--atol``.
     """
+    options = job.options
+    fmt, atol, repeats = options.format, options.atol, options.repeats
+    out = Path(options.out) if options.out else job.run / f"model-{job.ckpt_name}{FORMATS[fmt]}"
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file name")
     model = job.cli.model.cpu().eval()
     x = test_batch(job.cli)
-    job.out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     # a name reserved exclusively (never a planted link); the exporter then writes our own empty file
-    fd, name = tempfile.mkstemp(dir=job.out.parent, prefix=f".{job.out.name}.", suffix=f".tmp{FORMATS[job.format]}")
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".tmp{FORMATS[fmt]}")
     os.close(fd)
     os.chmod(name, 0o644)
     tmp = Path(name)
     try:
-        run_exported = export_file(model, job.format, x[:2], tmp)  # batch 1 would be specialised
+        run_exported = export_file(model, fmt, x[:2], tmp)  # batch 1 would be specialised
         with torch.inference_mode():
             eager_out = model(x).float()
             exported_out = run_exported(x).float()
         diff = float((eager_out - exported_out).abs().max())
-        if not diff <= job.atol:
+        if not diff <= atol:
             raise UserError(
-                f"the {job.format} file's outputs differ from PyTorch's by {diff:.3g} (> --atol {job.atol:g}) on "
+                f"the {fmt} file's outputs differ from PyTorch's by {diff:.3g} (> --atol {atol:g}) on "
                 f"{len(x)} test images; not written"
             )
-        os.replace(tmp, job.out)
+        os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    raw = job.out.read_bytes()
+    raw = out.read_bytes()
     record: dict[str, Any] = {
-        "file": str(job.out.resolve()),
+        "file": str(out.resolve()),
         "ckpt": str(job.ckpt.resolve()),
         "bytes": len(raw),
         "gzip_bytes": len(gzip.compress(raw, compresslevel=9)),
@@ -155,8 +157,8 @@ def export(job: Job) -> dict[str, Any]:
     for n in LATENCY_BATCHES:
         xb = x[:n] if len(x) >= n else x[torch.arange(n) % len(x)]
         record["latency_ms"][f"batch_{n}"] = {
-            "exported": round(median_ms(run_exported, xb, job.repeats), 4),
-            "eager": round(median_ms(model, xb, job.repeats), 4),
+            "exported": round(median_ms(run_exported, xb, repeats), 4),
+            "eager": round(median_ms(model, xb, repeats), 4),
         }
     path = job.run / "export.json"
     try:
@@ -164,11 +166,11 @@ def export(job: Job) -> dict[str, Any]:
     except (OSError, ValueError):
         existing = {}
     existing = existing if isinstance(existing, dict) else {}
-    existing[job.format] = record
+    existing[fmt] = record
     runs.write_json(path, existing)
     lat = record["latency_ms"]
     print(
-        f"{job.format}: {job.out} ({record['bytes'] / 2**20:.2f} MiB, {record['gzip_bytes'] / 2**20:.2f} MiB gzip), "
+        f"{fmt}: {out} ({record['bytes'] / 2**20:.2f} MiB, {record['gzip_bytes'] / 2**20:.2f} MiB gzip), "
         f"max |diff| {diff:.2e}; ms per batch of 1: {lat['batch_1']['exported']:.3f} vs eager "
         f"{lat['batch_1']['eager']:.3f}, of 256: {lat['batch_256']['exported']:.2f} vs {lat['batch_256']['eager']:.2f}"
         f" -> {path}"
@@ -176,33 +178,9 @@ def export(job: Job) -> dict[str, Any]:
     return record
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 export failed its check, 2 bad arguments/config/checkpoint)."""
-    p = ArgumentParser(prog="python -m project.export", description=__doc__.splitlines()[0],
-                                epilog="Other arguments override the run's config, as in python -m project.fit.")
-    p.add_argument("run", help="run folder, experiment folder (newest run) or checkpoint inside a run")
-    p.add_argument("--ckpt", default="best", help="best (default), last, or a checkpoint file")
-    p.add_argument("--format", choices=sorted(FORMATS), default="onnx")
-    p.add_argument("--out", default=None, help="file to write (default <run>/model-<ckpt><suffix>)")
-    p.add_argument("--atol", type=float, default=1e-4, help="max abs difference to eager outputs (default 1e-4)")
-    p.add_argument("--repeats", type=int, default=20, help="timed calls per latency figure (default 20)")
-    p.add_argument("--trust_checkpoint", action="store_true", help="allow full unpickling (only for files you made)")
-    ns, overrides = p.parse_known_args(argv)
-    if ns.repeats < 1 or not ns.atol > 0:
-        p.error("--repeats must be >= 1 and --atol > 0")
-
-    def make() -> Job:
-        run, ckpt, name = runs.command_checkpoint(ns.run, ns.ckpt)
-        checkpoint = runs.load_checkpoint(ckpt, trust=ns.trust_checkpoint)  # whole: a slimmed net's widths too
-        out = Path(ns.out) if ns.out else run / f"model-{name}{FORMATS[ns.format]}"
-        if out.is_dir():
-            raise ConfigError(f"--out {out} is a folder; give a file name")
-        overrides_cpu = ["--trainer.accelerator", "cpu", "--model.compile", "false", *overrides]
-        cli = cli_for_run(run, overrides_cpu, "python -m project.export")
-        load_weights(cli, ckpt, checkpoint)
-        return Job(run, ckpt, name, ns.format, out, ns.atol, ns.repeats, cli)
-
-    return run_main(make, export)
+COMMAND = Command("export", "Export a run's net to ONNX, TorchScript or torch.export and check it.", add_arguments,
+                  export, overrides=("--trainer.accelerator", "cpu", "--model.compile", "false"))  # fmt: skip
+main = main_of(COMMAND)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ class ImageClassifier(L.LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_confmat = MulticlassConfusionMatrix(num_classes)
+        self.val_confmat = MulticlassConfusionMatrix(num_classes)
         if channels_last:
             self.net.to(memory_format=torch.channels_last)
 
@@ -243,6 +244,7 @@ class ImageClassifier(L.LightningModule):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         loss, logits, y = self._shared_step(batch)
         self.val_acc.update(logits, y)
+        self.val_confmat.update(logits, y)
         self.log("val/loss", loss, prog_bar=True, batch_size=len(y), sync_dist=True)
         self.log("val/acc", self.val_acc, prog_bar=True)
 
@@ -270,6 +272,14 @@ class ImageClassifier(L.LightningModule):
         """
         x = batch[0] if isinstance(batch, tuple | list) else batch
         return torch.softmax(self(x).float(), dim=1)
+
+    def on_validation_epoch_start(self) -> None:
+        self.val_confmat.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        """Keeps ``val_confusion``, the validation split's confusion matrix (num_classes, num_classes), int64, rows:
+        true class, all ranks together (``python -m project.evaluate --split val`` reads it)."""
+        self.val_confusion = self.val_confmat.compute().cpu()
 
     def on_test_epoch_start(self) -> None:
         self.test_confmat.reset()

@@ -36,15 +36,22 @@ import io
 import json
 import os
 import re
-import tempfile
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from project.checkpoints import check_zip_records, load_checkpoint  # noqa: F401  (run-folder readers use them as runs.*)
 from project.errors import ConfigError
+from project.files import (  # noqa: F401  (the run folder's writers: runs.write_text, ...)
+    atomic_file,
+    check_folder,
+    check_no_links,
+    inside,
+    write_bytes,
+    write_json,
+    write_text,
+)
 
 RESULTS = "results.json"
 _VERSION = re.compile(r"version_(\d+)")
@@ -112,43 +119,6 @@ _claimed: list[Path] = []
 def holds_run(run: Path) -> bool:
     """Whether ``run`` already holds a run (its ``config.yaml``, written when training starts)."""
     return (run / CONFIG).exists() or (run / CONFIG).is_symlink()
-
-
-def check_folder(path: str | Path, key: str, write: bool = True, keep: bool = False) -> None:
-    """Refuse, before any work, a folder the command must create (or, with ``write``, write into) but cannot.
-
-    The nearest existing ancestor of ``path`` must be a folder this process may write into; a missing ``path``
-    is created and removed again to be sure (read-only mounts, ``/proc`` and root's permissions are not told
-    by the mode bits; with ``keep`` it stays). An existing folder without ``write`` is accepted as it is
-    (read-only data is fine).
-
-    Raises:
-        ConfigError: ``key``: ``path`` is a file, lies under a file, or is not writable, naming the fix.
-    """
-    if "://" in str(path):
-        return  # a remote filesystem: its own client reports access errors
-    path = Path(path).expanduser().absolute()
-    existing = path
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError(f"{key}: {path} cannot be a folder: {existing} is a file; choose another folder")
-    if existing == path and not write:
-        return
-    if not os.access(existing, os.W_OK | os.X_OK):
-        what = "is not writable" if existing == path else f"cannot be created ({existing} is not writable)"
-        raise ConfigError(f"{key}: {path} {what} by this user; choose a folder you can write to, or fix its owner")
-    if existing != path:  # permissions do not tell everything (root, read-only mounts, /proc): try, then undo
-        try:
-            path.mkdir(parents=True, exist_ok=True)  # another process may be creating it at the same moment
-        except OSError as e:
-            raise ConfigError(f"{key}: {path} cannot be created ({e.strerror}); choose another folder") from None
-        if keep:
-            return
-        while path != existing:
-            with contextlib.suppress(OSError):
-                path.rmdir()  # only when empty: never a folder another process has started using
-            path = path.parent
 
 
 def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
@@ -226,48 +196,6 @@ def forget_claimed() -> None:
     _claimed.clear()
 
 
-def check_no_links(run: Path) -> None:
-    """Refuse a run folder to write into when it (or its ``checkpoints/``) holds a symbolic link.
-
-    Lightning's logger and checkpoint callback open some files by name (``hparams.yaml``, event files,
-    checkpoints through fsspec): a planted link would lead those writes outside the run.
-
-    Raises:
-        ConfigError: naming the link.
-    """
-    for folder in (run, run / "checkpoints"):
-        if folder.is_symlink():
-            raise ConfigError(f"{folder} is a symbolic link; a run folder is written only in place: replace it")
-        if not folder.is_dir():
-            continue
-        for entry in folder.iterdir():
-            if entry.is_symlink():
-                raise ConfigError(
-                    f"{entry} is a symbolic link; files of a run folder are never written through links: remove it"
-                )
-
-
-def inside(folder: str | Path, path: Any) -> bool:
-    """Whether ``path`` (e.g. read from a checkpoint's state) names a regular file directly inside ``folder``.
-
-    Lexical and on disk: ``..`` components, links (the file or any folder on the way) and other folders are
-    all refused, so a path taken from a file can never lead a write or a delete elsewhere.
-    """
-    if not isinstance(path, str | os.PathLike) or not str(path) or not folder:
-        return False
-    if "://" in str(folder):  # a remote filesystem: lexical only
-        rest = str(path).removeprefix(str(folder).rstrip("/") + "/")
-        return rest != str(path) and "/" not in rest and rest not in ("", ".", "..")
-    folder, path = Path(folder), Path(path)
-    if ".." in path.parts or path.parent != folder:
-        return False
-    try:
-        real_folder = folder.resolve(strict=True)
-    except OSError:
-        return False
-    return not path.is_symlink() and path.resolve().parent == real_folder
-
-
 def _logger_dir(logger: Any) -> Path | None:
     """``save_dir/name`` of a TensorBoardLogger config (a jsonargparse Namespace or dict), else ``None``."""
     if logger is None or logger is False or "TensorBoardLogger" not in str(getattr(logger, "class_path", "")):
@@ -334,67 +262,6 @@ def resolve_ckpt_path(spec: str, logger: Any, config: Any = None) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
-    """Read a checkpoint with ``torch.load(weights_only=True)`` on the CPU.
-
-    Args:
-        trust: allow full unpickling (``weights_only=False``) -- only for files the user made: a crafted
-            pickle runs code when loaded.
-
-    Untrusted files must be in PyTorch's zip format (what ``torch.save`` writes) with every record stored
-    uncompressed, as ``torch.save`` stores them, and records no larger than the file: PyTorch allocates a
-    record's declared uncompressed size before checking it, so a 400 KiB file with a deflated 400 MiB record
-    took 400 MiB. The memory a checkpoint takes is then bounded by its file size.
-
-    Raises:
-        ConfigError: unreadable, not a Lightning checkpoint, or (untrusted) needing more than the safe
-            unpickler allows, or with records compressed or larger than the file.
-    """
-    import torch  # here: the commands that only read run folders (summarize) need not import torch
-
-    if not trust:
-        check_zip_records(path)
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=not trust)
-    except Exception as e:
-        unsafe = re.search(r"(Unsupported (global|class)|unsupported GLOBAL)[^\n]*", str(e))
-        if unsafe and not trust:
-            raise ConfigError(
-                f"ckpt_path: {path} needs more than PyTorch's safe unpickler ({unsafe.group(0).strip()}); "
-                "it may be unsafe: a crafted checkpoint runs code when loaded. Load it only if you made it: "
-                "--trust_checkpoint true"
-            ) from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ConfigError(f"ckpt_path: {path} is not a readable checkpoint ({type(e).__name__}: {first})") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "loops" not in ckpt:
-        raise ConfigError(f"ckpt_path: {path} is not a Lightning training checkpoint (no state_dict/loops)")
-    return ckpt
-
-
-def check_zip_records(path: str | Path) -> None:
-    """Refuse a checkpoint that is not a zip of stored records whose sizes fit in the file (see ``load_checkpoint``).
-
-    Raises:
-        ConfigError: naming the file and the problem.
-    """
-    try:
-        size = os.path.getsize(path)
-        with zipfile.ZipFile(path) as archive:
-            records = archive.infolist()
-    except (OSError, zipfile.BadZipFile) as e:
-        raise ConfigError(
-            f"ckpt_path: {path} is not a readable checkpoint in PyTorch's zip format ({type(e).__name__}: {e})"
-        ) from None
-    packed = [r.filename for r in records if r.compress_type != zipfile.ZIP_STORED]
-    declared = sum(r.file_size for r in records)
-    if packed or declared > size:
-        why = f"record {packed[0]} is compressed" if packed else f"its records declare {declared} bytes"
-        raise ConfigError(
-            f"ckpt_path: {path} is not a checkpoint as torch.save writes it ({why}, in a file of {size} bytes); "
-            "refused before reading it"
-        )
-
-
 def resume_in_place(ckpt: Path, logger: Any) -> None:
     """Point the logger at the run folder the checkpoint came from, so the run continues there.
 
@@ -432,53 +299,6 @@ def read_results(run: Path) -> dict[str, Any]:
     return data
 
 
-@contextlib.contextmanager
-def atomic_file(path: str | Path) -> Iterator[Any]:
-    """A binary file object whose content replaces ``path`` atomically, never through a link, when the block ends.
-
-    The bytes go to a new temporary file that :func:`tempfile.mkstemp` creates exclusively (``O_EXCL``: a link
-    or file planted under any name is never opened) in the same folder, are flushed to disk, and the file is
-    renamed over ``path`` (``os.replace``, which replaces a link at ``path`` rather than following it). A reader
-    sees the old or the new file, never a half-written one, even when the process is killed midway. An error in
-    the block removes the temporary file and leaves ``path`` as it was.
-
-    Raises:
-        OSError: the folder is missing or unwritable, or the disk is full (the temporary file is removed).
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team sharing logs/
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through :func:`atomic_file`; returns ``path``."""
-    with atomic_file(path) as f:
-        f.write(data)
-    return Path(path)
-
-
-def write_text(path: str | Path, text: str) -> Path:
-    """:func:`write_bytes` of ``text`` in UTF-8."""
-    return write_bytes(path, text.encode())
-
-
-def write_json(path: Path, data: dict[str, Any]) -> Path:
-    """Write ``data`` as JSON atomically, never through a link (:func:`write_bytes`); returns ``path``."""
-    return write_text(path, json.dumps(data, indent=2) + "\n")
-
-
-
-
 def write_report(out: Path, data: dict[str, Any], table: str) -> None:
     """Write ``data`` to ``out`` (JSON) and ``table`` beside it (``out`` with ``.md``), creating the folder;
     print the table and where both went. The benches' output."""
@@ -492,59 +312,6 @@ def write_report(out: Path, data: dict[str, Any], table: str) -> None:
 def write_results(run: Path, results: dict[str, Any]) -> Path:
     """Write the run's ``results.json`` atomically; returns its path."""
     return write_json(run / RESULTS, results)
-
-
-def find_run(spec: str | Path) -> Path:
-    """The run folder meant by ``spec``: a run folder, an experiment folder (its newest run), or a checkpoint.
-
-    Raises:
-        ConfigError: nothing that holds a run's ``config.yaml``.
-    """
-    path = Path(spec)
-    if path.is_file() and path.suffix == ".ckpt":
-        run = run_of_checkpoint(path)
-        if run is not None:
-            return run
-    if path.is_dir() and (path / "config.yaml").is_file():
-        return path
-    if path.is_dir():
-        found = [r for r in runs_of(path) if (r / "config.yaml").is_file()]
-        if found:
-            return found[-1]
-    raise ConfigError(
-        f"{spec} is not a run folder (logs/<experiment>/version_N with a config.yaml), an experiment folder or a "
-        "checkpoint inside a run"
-    )
-
-
-def checkpoint_arg(run: Path, which: str) -> Path:
-    """``best`` / ``last`` of ``run``, or a checkpoint file path.
-
-    Raises:
-        ConfigError: no such checkpoint.
-    """
-    if which in ("best", "last"):
-        return checkpoint_of(run, which)
-    path = Path(which)
-    if not path.is_file():
-        raise ConfigError(f"--ckpt: {which} is neither best, last nor a checkpoint file")
-    return path
-
-
-def command_checkpoint(spec: str, which: str) -> tuple[Path, Path, str]:
-    """What a run-folder command's ``RUN`` argument and ``--ckpt`` name: ``(run, checkpoint file, name)``.
-
-    ``spec`` is a run folder, an experiment folder (its newest run) or a checkpoint file inside a run (which then
-    wins over ``which``); ``name`` is ``best``/``last`` or the file's stem, for the files the command writes.
-
-    Raises:
-        ConfigError: no such run or checkpoint.
-    """
-    run = find_run(spec)
-    if Path(spec).suffix == ".ckpt":
-        return run, Path(spec), Path(spec).stem
-    ckpt = checkpoint_arg(run, which)
-    return run, ckpt, which if which in ("best", "last") else ckpt.stem
 
 
 def snapshot(run: Path | None) -> dict[Path, float]:

@@ -132,7 +132,7 @@ def test_lightnings_value_errors_are_bad_config_while_building_too():
     bug (traceback); a ValueError from anywhere else still is one."""
     import lightning as L
 
-    from project.cli import _exit_status
+    from project.entry import _exit_status
 
     with pytest.raises(ValueError, match="barebones") as info:
         L.Trainer(barebones=True, logger=True)

@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch import nn
 
 from project import evaluate, export, predict
-from project.cli import cli_for_run
+from project.commands import cli_for_run
 from project.errors import ConfigError
 from project.module import ImageClassifier
 from project.nets import LeNet, SimpleCNN, build_net

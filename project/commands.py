@@ -1,0 +1,218 @@
+"""The run-folder commands' shared piece: ``RUN`` and ``--ckpt`` on the one command line of :class:`ProjectCLI`.
+
+``python -m project.evaluate``, ``project.predict`` and ``project.export`` each declare a :class:`Command`: its
+positionals, its own options (typed, added to the same jsonargparse parser as every ``--model.*``, ``--data.*``
+and ``--trainer.*`` override, so ``--help`` lists them all and a bad value is one ``error:`` line) and the work.
+:func:`command_main` does the rest, the same way for each:
+
+1. ``RUN`` (the first argument) names a run folder, an experiment folder (its newest run) or a checkpoint inside a
+   run (:func:`find_run`);
+2. the run's experiment is rebuilt from its latest config (``config.yaml`` or the newest resume's) through
+   :class:`~project.cli.ProjectCLI`, with the command's options and the user's overrides after it, no logger and
+   no resume (nothing is written into the run by rebuilding it; ``--trust_checkpoint`` is off unless given);
+3. ``--ckpt`` (``best``, ``last`` or a file; a checkpoint given as ``RUN`` wins) is loaded with PyTorch's safe
+   unpickler (:func:`project.runs.load_checkpoint`) and its weights strictly into the rebuilt model
+   (:func:`load_weights`: a slimmed checkpoint's widths first);
+4. the command's work gets a :class:`RunJob`; every user-caused failure is one ``error:`` line
+   (:func:`project.cli.run_main`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.cli import LightningArgumentParser
+
+from project import runs
+from project.cli import ProjectCLI, exit_with, run_main
+from project.errors import ConfigError
+
+# The run's own settings that a rebuilt experiment must not take over: it writes no run folder and resumes nothing.
+REBUILD = ["--trainer.logger", "false", "--ckpt_path", "null", "--trust_checkpoint", "false",
+           "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]  # fmt: skip
+
+
+@dataclass
+class Command:
+    """One run-folder command.
+
+    Attributes:
+        name: the module's name (``evaluate``): ``python -m project.<name>``.
+        description: one line for ``--help``.
+        add_arguments: adds the command's own options (and positionals after ``run``) to the shared parser.
+        work: does the command's work on the rebuilt run; its return value is not used.
+        overrides: settings the command always uses, before the user's (e.g. ``--trainer.accelerator cpu``).
+        positionals: how ``--help`` shows the positionals.
+    """
+
+    name: str
+    description: str
+    add_arguments: Callable[[LightningArgumentParser], None]
+    work: Callable[[RunJob], Any]
+    overrides: tuple[str, ...] = ()
+    positionals: str = "RUN"
+
+    @property
+    def prog(self) -> str:
+        return f"python -m project.{self.name}"
+
+    @property
+    def usage(self) -> str:
+        return f"{self.prog} {self.positionals} [--ckpt CKPT] [options] [--model.* --data.* --trainer.* overrides]"
+
+    def arguments(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument("run", type=str, help="run folder (logs/<experiment>/version_N), experiment folder "
+                            "(its newest run) or checkpoint inside a run")  # fmt: skip
+        parser.add_argument("--ckpt", type=str, default="best", help="best (default), last, or a checkpoint file")
+        self.add_arguments(parser)
+
+
+@dataclass
+class RunJob:
+    """What a command works on: the run folder, the checkpoint (file, name for output files, loaded state) and
+    the experiment rebuilt from the run's config with the checkpoint's weights (``cli.model``, ``cli.datamodule``,
+    ``cli.trainer``); the command's own options are ``cli.config.<name>``."""
+
+    run: Path
+    ckpt: Path
+    ckpt_name: str
+    checkpoint: dict[str, Any]
+    cli: ProjectCLI
+
+    @property
+    def options(self) -> Any:
+        return self.cli.config
+
+
+def find_run(spec: str | Path) -> Path:
+    """The run folder meant by ``spec``: a run folder, an experiment folder (its newest run), or a checkpoint.
+
+    Raises:
+        ConfigError: nothing that holds a run's ``config.yaml``.
+    """
+    path = Path(spec)
+    if path.is_file() and path.suffix == ".ckpt":
+        run = runs.run_of_checkpoint(path)
+        if run is not None:
+            return run
+    if path.is_dir() and runs.holds_run(path):
+        return path
+    if path.is_dir():
+        found = [r for r in runs.runs_of(path) if runs.holds_run(r)]
+        if found:
+            return found[-1]
+    raise ConfigError(
+        f"{spec} is not a run folder (logs/<experiment>/version_N with a config.yaml), an experiment folder or a "
+        "checkpoint inside a run"
+    )
+
+
+def command_checkpoint(spec: str, which: str) -> tuple[Path, Path, str]:
+    """What a command's ``RUN`` argument and ``--ckpt`` name: ``(run, checkpoint file, name)``.
+
+    ``spec`` is a run folder, an experiment folder (its newest run) or a checkpoint file inside a run (which then
+    wins over ``which``); ``name`` is ``best``/``last`` or the file's stem, for the files the command writes.
+
+    Raises:
+        ConfigError: no such run or checkpoint.
+    """
+    run = find_run(spec)
+    if Path(spec).suffix == ".ckpt":
+        return run, Path(spec), Path(spec).stem
+    if which in ("best", "last"):
+        return run, runs.checkpoint_of(run, which), which
+    path = Path(which)
+    if not path.is_file():
+        raise ConfigError(f"--ckpt: {which} is neither best, last nor a checkpoint file")
+    return run, path, path.stem
+
+
+def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> None:
+    """Load a checkpoint's weights strictly into the model rebuilt from the run's config.
+
+    Args:
+        checkpoint: the loaded checkpoint (``runs.load_checkpoint``), or only its ``state_dict``. A structurally
+            pruned (slimmed) checkpoint records its layer widths in its ``hyper_parameters``; given the whole
+            checkpoint, the model takes them first (``ImageClassifier.on_load_checkpoint``, as Lightning does when
+            it restores), so the weights load strictly into the slimmed shape. A bare state dict loads only into
+            the config's widths.
+
+    Raises:
+        ConfigError: the checkpoint does not fit the rebuilt net (e.g. an override changed the net), or its widths
+            do not match its own weights (refused before a net of those widths is built).
+    """
+    try:
+        if "state_dict" in checkpoint:
+            cli.model.on_load_checkpoint(checkpoint)
+            checkpoint = checkpoint["state_dict"]
+        cli.model.load_state_dict(checkpoint, strict=True)
+    except ConfigError as e:
+        raise ConfigError(f"{ckpt}: {e}") from None
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise ConfigError(f"{ckpt} does not fit model.net={cli.model.hparams.net} ({first})") from None
+
+
+def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None = None) -> ProjectCLI:
+    """The run's own experiment, rebuilt from its latest config (``config.yaml`` or the newest resume's).
+
+    No logger and no resume, so nothing is written into the run by rebuilding it; ``args`` are ordinary CLI
+    arguments after the config (a command's positionals and options, overrides such as ``--data.data_dir``,
+    ``--trainer.accelerator cpu``). The config may name any importable class: it is code, load only runs you trust.
+
+    Raises:
+        ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
+    """
+    overrides = command.overrides if command is not None else ()
+    options = command.arguments if command is not None else None
+    return ProjectCLI(["--config", str(runs.latest_config(run)), *REBUILD, *overrides, *args], prog=prog,
+                      command_options=options, usage=command.usage if command is not None else None)  # fmt: skip
+
+
+def leading_positionals(argv: list[str]) -> list[str]:
+    """The arguments before the first option (``RUN``, and ``predict``'s inputs)."""
+    lead = []
+    for arg in argv:
+        if arg.startswith("-"):
+            break
+        lead.append(arg)
+    return lead
+
+
+def command_main(command: Command, argv: list[str] | None = None) -> int:
+    """Parse, rebuild the run, load its checkpoint, do the command's work; returns the exit status (0 ok, 2 bad
+    arguments/config/checkpoint, 1 bad data or a failed run, as :func:`project.cli.run_main`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def make() -> RunJob:
+        lead = leading_positionals(argv)
+        if not lead:  # --help, or no RUN: the parser says which
+            ProjectCLI(argv, prog=command.prog, command_options=command.arguments, description=command.description,
+                       usage=command.usage)
+        run = find_run(lead[0])
+        # positionals first, so that jsonargparse reads them as positionals after the config file
+        cli = cli_for_run(run, argv, command.prog, command)
+        run, ckpt, name = command_checkpoint(lead[0], cli.config.ckpt)
+        checkpoint = runs.load_checkpoint(ckpt, trust=cli.config.trust_checkpoint)  # whole: a slimmed net's widths
+        load_weights(cli, ckpt, checkpoint)
+        return RunJob(run, ckpt, name, checkpoint, cli)
+
+    return run_main(make, command.work)
+
+
+def main_of(command: Command) -> Callable[[list[str] | None], int]:
+    """A ``main(argv) -> exit status`` for ``command`` (what ``python -m project.<name>`` runs)."""
+
+    def main(argv: list[str] | None = None) -> int:
+        return command_main(command, argv)
+
+    main.__doc__ = f"Entry point of ``{command.prog}``; returns the exit status."
+    return main
+
+
+__all__ = ["Command", "RunJob", "cli_for_run", "command_checkpoint", "command_main", "exit_with", "find_run",
+           "load_weights", "main_of"]  # fmt: skip

@@ -1,0 +1,145 @@
+"""Files the product writes, and folders and paths it is given: written whole, never through a link, never outside.
+
+* :func:`atomic_file` / :func:`write_bytes` / :func:`write_text` / :func:`write_json`: a new temporary file
+  created exclusively (``O_EXCL``) in the same folder, fsync, atomic rename; a reader sees the old or the new
+  file, never a half-written one, and a link planted at the name is replaced, never followed.
+* :func:`check_folder`: a folder the user named can be created and written, one ``error:`` line otherwise.
+* :func:`check_no_links`: a run folder holding a symbolic link is refused for writing.
+* :func:`inside`: whether a path read from a file (a checkpoint's state) names a regular file directly in a folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from project.errors import ConfigError
+
+
+def check_folder(path: str | Path, key: str, write: bool = True, keep: bool = False) -> None:
+    """Refuse, before any work, a folder the command must create (or, with ``write``, write into) but cannot.
+
+    The nearest existing ancestor of ``path`` must be a folder this process may write into; a missing ``path``
+    is created and removed again to be sure (read-only mounts, ``/proc`` and root's permissions are not told
+    by the mode bits; with ``keep`` it stays). An existing folder without ``write`` is accepted as it is
+    (read-only data is fine).
+
+    Raises:
+        ConfigError: ``key``: ``path`` is a file, lies under a file, or is not writable, naming the fix.
+    """
+    if "://" in str(path):
+        return  # a remote filesystem: its own client reports access errors
+    path = Path(path).expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{key}: {path} cannot be a folder: {existing} is a file; choose another folder")
+    if existing == path and not write:
+        return
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == path else f"cannot be created ({existing} is not writable)"
+        raise ConfigError(f"{key}: {path} {what} by this user; choose a folder you can write to, or fix its owner")
+    if existing != path:  # permissions do not tell everything (root, read-only mounts, /proc): try, then undo
+        try:
+            path.mkdir(parents=True, exist_ok=True)  # another process may be creating it at the same moment
+        except OSError as e:
+            raise ConfigError(f"{key}: {path} cannot be created ({e.strerror}); choose another folder") from None
+        if keep:
+            return
+        while path != existing:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only when empty: never a folder another process has started using
+            path = path.parent
+
+
+def check_no_links(run: Path) -> None:
+    """Refuse a run folder to write into when it (or its ``checkpoints/``) holds a symbolic link.
+
+    Lightning's logger and checkpoint callback open some files by name (``hparams.yaml``, event files,
+    checkpoints through fsspec): a planted link would lead those writes outside the run.
+
+    Raises:
+        ConfigError: naming the link.
+    """
+    for folder in (run, run / "checkpoints"):
+        if folder.is_symlink():
+            raise ConfigError(f"{folder} is a symbolic link; a run folder is written only in place: replace it")
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry.is_symlink():
+                raise ConfigError(
+                    f"{entry} is a symbolic link; files of a run folder are never written through links: remove it"
+                )
+
+
+def inside(folder: str | Path, path: Any) -> bool:
+    """Whether ``path`` (e.g. read from a checkpoint's state) names a regular file directly inside ``folder``.
+
+    Lexical and on disk: ``..`` components, links (the file or any folder on the way) and other folders are
+    all refused, so a path taken from a file can never lead a write or a delete elsewhere.
+    """
+    if not isinstance(path, str | os.PathLike) or not str(path) or not folder:
+        return False
+    if "://" in str(folder):  # a remote filesystem: lexical only
+        rest = str(path).removeprefix(str(folder).rstrip("/") + "/")
+        return rest != str(path) and "/" not in rest and rest not in ("", ".", "..")
+    folder, path = Path(folder), Path(path)
+    if ".." in path.parts or path.parent != folder:
+        return False
+    try:
+        real_folder = folder.resolve(strict=True)
+    except OSError:
+        return False
+    return not path.is_symlink() and path.resolve().parent == real_folder
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Any]:
+    """A binary file object whose content replaces ``path`` atomically, never through a link, when the block ends.
+
+    The bytes go to a new temporary file that :func:`tempfile.mkstemp` creates exclusively (``O_EXCL``: a link
+    or file planted under any name is never opened) in the same folder, are flushed to disk, and the file is
+    renamed over ``path`` (``os.replace``, which replaces a link at ``path`` rather than following it). A reader
+    sees the old or the new file, never a half-written one, even when the process is killed midway. An error in
+    the block removes the temporary file and leaves ``path`` as it was.
+
+    Raises:
+        OSError: the folder is missing or unwritable, or the disk is full (the temporary file is removed).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team sharing logs/
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through :func:`atomic_file`; returns ``path``."""
+    with atomic_file(path) as f:
+        f.write(data)
+    return Path(path)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    return write_bytes(path, text.encode())
+
+
+def write_json(path: Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` as JSON atomically, never through a link (:func:`write_bytes`); returns ``path``."""
+    return write_text(path, json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,59 @@
+"""The run-folder commands share fit's parser (issue: one CLI): their own options are typed keys of the same
+jsonargparse parser as every override, so ``--help`` shows both and a bad value is one line naming the key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import results, run_dirs, run_main, tiny_args
+
+from project import evaluate, export, predict
+
+COMMANDS = {"evaluate": evaluate, "predict": predict, "export": export}
+OWN_OPTIONS = {"evaluate": ["--split"], "predict": ["--top_k", "--out", "inputs"], "export": ["--format", "--atol"]}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_lists_the_commands_options_and_fits_overrides(name, trained_run, capsys):
+    with pytest.raises(SystemExit) as info:
+        COMMANDS[name].main([str(trained_run), "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python -m project.{name} RUN")
+    for option in [*OWN_OPTIONS[name], "--ckpt", "--trust_checkpoint", "--model.net", "--trainer.accelerator"]:
+        assert option in out, option
+
+
+@pytest.mark.parametrize(
+    "name, argv, key",
+    [
+        ("evaluate", ["--split", "train"], "split"),
+        ("predict", ["x.png", "--top_k", "0"], "top_k"),
+        ("export", ["--atol", "-1"], "atol"),
+        ("export", ["--repeats", "0"], "repeats"),
+        ("export", ["--format", "tflite"], "format"),
+        ("evaluate", ["--data.batch_size", "-3"], "data.batch_size"),
+    ],
+)
+def test_a_bad_option_value_is_one_line_naming_its_key(name, argv, key, trained_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in trained_run.iterdir())
+    assert COMMANDS[name].main([str(trained_run), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {key}"), err
+    assert sorted(p.name for p in trained_run.iterdir()) == before
+
+
+def test_evaluate_val_reproduces_the_best_checkpoints_validation_accuracy(tiny_mnist, tmp_path, monkeypatch):
+    """``--split val`` runs Lightning's ``Trainer.validate`` on the split fit held out: the best checkpoint scores
+    exactly the ``val/acc`` it was chosen by."""
+    monkeypatch.chdir(tmp_path)
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.max_epochs", "2")) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    assert evaluate.main([str(run), "--split", "val"]) == 0
+    out = json.loads((run / "eval-best-val.json").read_text())
+    assert out["split"] == "val" and out["samples"] == 100  # data.val_size
+    assert out["acc"] == pytest.approx(results(run)["best_val_acc"], abs=1e-7)
+    confusion = out["confusion_matrix"]
+    assert sum(confusion[i][i] for i in range(10)) == round(out["acc"] * 100)

@@ -1,0 +1,122 @@
+"""Every callback and plugin a run uses is in its config: ``--print_config`` lists it, YAML and the command line
+change or remove it, and what must stay is refused with one line (issue: everything visible)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import yaml
+from helpers import REPO, results, run_dirs, run_main, tiny_args
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
+
+from project.callbacks import CudnnFlags, RunCheckpoint
+from project.cli import ProjectCLI
+
+
+def class_of(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def printed_config(capsys, *args: str) -> dict:
+    with pytest.raises(SystemExit):
+        ProjectCLI([*args, "--print_config"])
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def classes_in(tree) -> set[type]:
+    """Every class named by a ``class_path`` anywhere in a printed config."""
+    found: set[type] = set()
+    if isinstance(tree, dict):
+        if isinstance(tree.get("class_path"), str):
+            found.add(class_of(tree["class_path"]))
+        for value in tree.values():
+            found |= classes_in(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            found |= classes_in(value)
+    return found
+
+
+@pytest.mark.parametrize("overlays", [[], ["configs/pruning.yaml"], ["configs/slim.yaml"]])
+def test_print_config_lists_every_callback_and_plugin_the_run_uses(overlays, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    configs = [a for o in ["configs/fashion_mnist.yaml", *overlays] for a in ("--config", str(REPO / o))]
+    args = [*configs, "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
+    printed = printed_config(capsys, *args)
+    named = classes_in(printed)
+    # the two callbacks of a fixed class print as a key with their options, without a class_path
+    assert {"monitor", "save_last", "dirpath"} <= set(printed["checkpoint"]) and set(printed["cudnn"]) == {"enabled"}
+    named |= {RunCheckpoint, CudnnFlags}
+    cli = ProjectCLI(args)
+    used = [type(cb) for cb in cli.trainer.callbacks]
+    # the Trainer's own progress bar and model summary are its flags enable_progress_bar / enable_model_summary;
+    # RunConfig is LightningCLI's save_config_callback (what --print_config itself prints)
+    hidden = [c for c in used if c not in named and not issubclass(c, (ProgressBar, ModelSummary))]
+    assert [c.__name__ for c in hidden] == ["RunConfig"]
+    assert type(cli.trainer.strategy.checkpoint_io) in named
+    assert {"throughput", "lr_monitor", "tensorboard_layout", "metrics_csv", "slurm_requeue"} <= set(printed)
+    assert printed["trainer"]["plugins"] == [{"class_path": "project.callbacks.LocalAtomicCheckpointIO"}]
+
+
+def test_run_callbacks_can_be_changed_and_removed(tiny_mnist, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    own_monitor = "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor"
+    assert run_main(tiny_args(tiny_mnist, logs, own_monitor, "--lr_monitor", "null", "--metrics_csv", "null")) == 0
+    (run,) = run_dirs(logs)
+    assert not (run / "metrics.csv").exists()  # removed: not written
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["lr_monitor"] is None and config["metrics_csv"] is None
+    assert results(run)["test_acc"] is not None
+    cli = ProjectCLI(tiny_args(tiny_mnist, logs, own_monitor, "--lr_monitor", "null"))
+    monitors = [cb for cb in cli.trainer.callbacks if isinstance(cb, LearningRateMonitor)]
+    assert [type(m).__name__ for m in monitors] == ["LearningRateMonitor"]  # the user's only, no duplicate tags
+    cli = ProjectCLI(tiny_args(tiny_mnist, logs, "--lr_monitor.log_momentum", "true"))
+    (monitor,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, LearningRateMonitor)]
+    assert monitor.log_momentum is True
+
+
+def test_callbacks_that_write_through_the_logger_are_left_out_without_one(tiny_mnist, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.logger", "false"))
+    names = {type(cb).__name__ for cb in cli.trainer.callbacks}
+    assert "Throughput" in names and "SlurmRequeue" in names
+    assert not names & {"StepLearningRateMonitor", "TensorBoardLayout", "EpochMetrics"}
+
+
+def test_slurm_requeue_does_nothing_outside_a_scheduler(tiny_mnist, tmp_path, monkeypatch):
+    for var in ("SLURM_JOB_ID", "SLURM_NTASKS", "PROJECT_JOB_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs"))
+    root = cli.trainer.default_root_dir
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.default_root_dir == root
+    (run,) = run_dirs(tmp_path / "logs")
+    assert not (run / "slurm_job.json").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--throughput", "null"], "throughput: null removes the callback"),
+        (["--trainer.plugins", "lightning.fabric.plugins.environments.LightningEnvironment"], "no CheckpointIO"),
+    ],
+)
+def test_what_must_stay_is_refused_with_one_line(extra, expected, tiny_mnist, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *extra)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0]
+    assert run_dirs(tmp_path / "logs") == []
+
+
+def test_plugins_added_with_plus_keep_the_atomic_checkpoint_io(tiny_mnist, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    extra = "--trainer.plugins+=lightning.fabric.plugins.environments.LightningEnvironment"
+    cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", extra))
+    assert type(cli.trainer.strategy.checkpoint_io).__name__ == "LocalAtomicCheckpointIO"
+    plugins = [type(p).__name__ for p in cli.config_init.trainer.plugins]
+    assert plugins == ["LocalAtomicCheckpointIO", "LightningEnvironment"]
