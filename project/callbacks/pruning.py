@@ -74,16 +74,12 @@ class ScheduledPruning(Callback):
     ``torch.nn.utils.prune`` through Lightning's ``ModelPruning``), or of each layer's output channels
     (:class:`project.slim.StructuredPruning`, removed with Torch-Pruning).
 
-    Shared here, so both behave the same:
-
-    * the settings checked once (:meth:`init_schedule`): ``amount`` in [0, 1), ``end_epoch >= start_epoch``;
-    * :meth:`schedule`, the settings that decide what is pruned when, saved in the checkpoint (``state_dict``)
-      and compared when a run resumes (:meth:`check_resume`);
-    * :attr:`state_key`, Lightning's key for the callback's checkpoint state: the class name and the schedule,
-      plus, from the second callback with the same settings on, its place among them (``copy``,
-      :meth:`number_copies`), so a resumed run gives each callback its own state back;
-    * one warning, at ``setup`` of ``fit``, when ``trainer.max_epochs`` ends the run before ``end_epoch``
-      (:meth:`warn_if_cut_short`).
+    Shared here, so both behave the same: the checks of the settings (:meth:`init_schedule`); :meth:`schedule`,
+    saved in the checkpoint (``state_dict``) and compared on resume (:meth:`check_resume`); :attr:`state_key`,
+    Lightning's key for the checkpoint state: class name, schedule and, from the second callback with the same
+    settings on, its place among them (``copy``, :meth:`number_copies`), so a resumed run gives each callback its
+    own state back; one warning when ``trainer.max_epochs`` ends the run before ``end_epoch``
+    (:meth:`warn_if_cut_short`, at ``setup`` of ``fit``).
 
     A subclass sets :attr:`label` (how messages name it), :attr:`method` (a short name for reports),
     :meth:`schedule`, :meth:`reached`, :attr:`charts` and :meth:`results`, and calls :meth:`init_schedule` and
@@ -234,11 +230,8 @@ class Pruning(ScheduledPruning, ModelPruning):
 
     The masks come from ``torch.nn.utils.prune`` through ``ModelPruning``. What this class adds:
 
-    * a schedule from scalars (:class:`ScheduledPruning`): pruning happens at the **start** of each epoch from
-      ``start_epoch`` to ``end_epoch`` (default: ``start_epoch`` only), the total pruned fraction growing
-      linearly to ``amount`` at ``end_epoch``; each step prunes ``(target_at(e) - target_at(e - 1)) / (1 -
-      target_at(e - 1))`` of the weights still unpruned (``torch.nn.utils.prune`` takes a float amount as a
-      fraction of those);
+    * :class:`ScheduledPruning`'s schedule: pruned at the **start** of each epoch from ``start_epoch`` to
+      ``end_epoch`` (default: ``start_epoch`` only), the pruned fraction growing linearly to ``amount``;
     * resumable masks: Lightning's ``ModelPruning`` keeps no state, so a resumed run used to lose its
       masks and the zeros filled back in. The masks are saved in the checkpoint's callback state and
       re-applied when fit resumes, before the optimizer state is restored;
