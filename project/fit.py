@@ -23,11 +23,10 @@ import torch
 import yaml
 
 from project import report, runs
-from project.callbacks import Pruning
+from project.callbacks import ScheduledPruning
 from project.cli import ProjectCLI, exit_with, run_main
 from project.errors import ConfigError
 from project.nets import build_net
-from project.slim import StructuredPruning
 
 log = logging.getLogger("project")
 
@@ -62,8 +61,8 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
     """Refuse, before anything is written, a resume that cannot continue the checkpoint's run.
 
     Checked: the net's parameter names and shapes (a slimmed checkpoint's at its recorded widths); a
-    length-sized LR scheduler (one-cycle, cosine) against the run's own config (``SCHEDULE_KEYS``); the pruning
-    schedule stored with the masks, and the structured-pruning schedule.
+    length-sized LR scheduler (one-cycle, cosine) against the run's own config (``SCHEDULE_KEYS``); each pruning
+    callback's schedule against the checkpoint's (:meth:`ScheduledPruning.check_resume`).
 
     Raises:
         ConfigError: naming what differs and what to do.
@@ -101,24 +100,7 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
                 f"ckpt_path: the run's learning-rate schedule was sized for its own length and cannot continue "
                 f"with {what}; resume with the run's settings, or start a new run (drop --ckpt_path)"
             )
-    saved_states = ckpt.get("callbacks", {})
-    for cls in (Pruning, StructuredPruning):
-        ours = [cb for cb in cli.trainer.callbacks if isinstance(cb, cls)]
-        saved = [v.get("schedule") for k, v in saved_states.items() if k.startswith(f"{cls.__name__}{{")]
-        if cls is StructuredPruning and saved and not ours:
-            raise ConfigError(
-                f"ckpt_path: the checkpoint was slimmed by structured pruning on the schedule {saved[0]} and the "
-                "config has none; resume with the run's settings (e.g. --config configs/slim.yaml)"
-            )
-        for cb in ours:
-            schedule = saved_states.get(cb.state_key, {}).get("schedule")
-            if schedule is None and saved:
-                schedule = saved[0]
-            if schedule is not None and schedule != cb.schedule():
-                raise ConfigError(
-                    f"ckpt_path: the checkpoint was pruned on the schedule {schedule}, the config asks for "
-                    f"{cb.schedule()}; resume with the run's pruning settings"
-                )
+    ScheduledPruning.check_resume(cli.trainer.callbacks, ckpt.get("callbacks") or {})
 
 
 def fit(cli: ProjectCLI) -> dict[str, Any]:
@@ -153,7 +135,7 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
         trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=not cli.config.trust_checkpoint)
         if trainer.interrupted:
             return {}
-        pruning = report.callback(trainer, Pruning) or report.callback(trainer, StructuredPruning)
+        pruning = report.callback(trainer, ScheduledPruning)
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         # A pruning run is judged on its final, fully pruned (or slimmed) weights: its best val/acc may predate
         # pruning.

@@ -21,8 +21,8 @@ from lightning.pytorch.loggers import TensorBoardLogger as _TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from project import runs
-from project.callbacks import CudnnFlags, Pruning, Throughput, nonzero_params, sparsity
-from project.slim import StructuredPruning, count_params, macs_per_sample, weights_bytes
+from project.callbacks import CudnnFlags, ScheduledPruning, Throughput, nonzero_params
+from project.slim import count_params, macs_per_sample, weights_bytes
 
 
 def callback(trainer: L.Trainer, cls: type) -> Any:
@@ -53,19 +53,15 @@ def build_results(
     of the final net and of the net the run started with (``*_before``: they differ after structured pruning),
     its ``widths``, ``weights_bytes`` (the state dict saved alone) and ``checkpoint_bytes`` (``last.ckpt``, with
     optimizer state), sparsity, the effective precision and cudnn flags, the data path, and the paths of the run.
+    The run's pruning callback fills in its own fields (:meth:`ScheduledPruning.results`).
     """
     ckpt_cb = trainer.checkpoint_callback
-    pruning = callback(trainer, Pruning)
-    slimming = callback(trainer, StructuredPruning)
+    pruning = callback(trainer, ScheduledPruning)
     hp = model.hparams
     params = count_params(model.net)
     macs = macs_per_sample(hp.net, hp.num_classes, model.net.widths())
-    before = {"params": params, "macs_per_sample": macs}
-    if slimming is not None and slimming.before:
-        before = slimming.before
     last = ckpt_cb.last_model_path if ckpt_cb else ""
     throughput = callback(trainer, Throughput)
-    stats = sparsity(pruning.named_targets()) if pruning is not None else {"global": 0.0}
     best = ckpt_cb.best_model_path if ckpt_cb is not None else ""
     flags = throughput.flags if throughput is not None and throughput.flags else CudnnFlags.in_effect()
     data = trainer.datamodule
@@ -78,16 +74,16 @@ def build_results(
         "train_samples_per_s": statistics.median(throughput.samples_per_s) if throughput.samples_per_s else None,
         "epoch_time_s": throughput.epoch_time_s,
         "params": params,
-        "params_before": before["params"],
+        "params_before": params,
         "nonzero_params": nonzero_params(model.net),
         "macs_per_sample": macs,
-        "macs_per_sample_before": before["macs_per_sample"],
+        "macs_per_sample_before": macs,
         "widths": model.net.widths(),
         "weights_bytes": weights_bytes(model.net),
         "checkpoint_bytes": Path(last).stat().st_size if last and "://" not in last and Path(last).is_file() else None,
-        "structured_pruning": slimming.schedule() if slimming is not None else None,
-        "sparsity": stats["global"],
-        "sparsity_per_layer": {k: v for k, v in stats.items() if k != "global"},
+        "structured_pruning": None,
+        "sparsity": 0.0,
+        "sparsity_per_layer": {},
         "precision": trainer.precision,
         "requested_precision": str(config.trainer.precision),
         "auto_precision": bool(config.get("auto_precision")),
@@ -106,7 +102,7 @@ def build_results(
         "accelerator": type(trainer.accelerator).__name__,
         "seed": config.seed_everything,
         "versions": {"torch": torch.__version__, "lightning": L.__version__},
-    }
+    } | (pruning.results() if pruning is not None else {})
 
 
 LAYOUT: dict[str, dict[str, list]] = {
@@ -120,12 +116,6 @@ LAYOUT: dict[str, dict[str, list]] = {
         "Training samples/s": ["Multiline", [r"train/(device/)?samples_per_sec"]],
         "Training FLOP/s": ["Multiline", [r"train/(device/)?flops_per_sec"]],
         "Epoch time (s)": ["Multiline", ["train/epoch_time_s"]],
-    },
-    "Pruning": {"Sparsity (global, per layer)": ["Multiline", [r"sparsity/.*"]]},
-    "Structured pruning": {
-        "Parameters": ["Multiline", ["slim/params"]],
-        "MACs per sample": ["Multiline", ["slim/macs_per_sample"]],
-        "Layer widths": ["Multiline", [r"slim/width/.*"]],
     },
 }
 
@@ -203,7 +193,8 @@ def _writer(trainer: L.Trainer) -> Any:
 
 
 class TensorBoardLayout(Callback):
-    """Writes TensorBoard's custom-scalars layout (:data:`LAYOUT`) once per run folder, on rank 0.
+    """Writes TensorBoard's custom-scalars layout (:data:`LAYOUT`, plus the ``charts`` of the run's pruning
+    callbacks) once per run folder, on rank 0.
 
     Train and validation curves share a chart; the learning rate, throughput and (when pruning) sparsity get
     their own. A resumed run keeps the layout its first run wrote.
@@ -213,8 +204,10 @@ class TensorBoardLayout(Callback):
         writer = _writer(trainer)
         if writer is None or trainer.ckpt_path is not None:
             return
-        wanted = {"Pruning": Pruning, "Structured pruning": StructuredPruning}
-        layout = {k: v for k, v in LAYOUT.items() if k not in wanted or callback(trainer, wanted[k]) is not None}
+        layout = dict(LAYOUT)
+        for cb in trainer.callbacks:  # a pruning callback's own charts (sparsity, layer widths)
+            if isinstance(cb, ScheduledPruning):
+                layout |= cb.charts
         writer.add_custom_scalars(layout)
 
 
@@ -288,7 +281,7 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
     opt = trainer.optimizers[0] if trainer.optimizers else None
     group = opt.param_groups[0] if opt is not None else {}
     scheds = trainer.lr_scheduler_configs
-    pruning = callback(trainer, Pruning) or callback(trainer, StructuredPruning)
+    pruning = callback(trainer, ScheduledPruning)
     data = trainer.datamodule
     return {
         "net": model.hparams.net,
@@ -305,7 +298,7 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
         "channels_last": bool(results["channels_last"]),
         "compile": bool(results["compile"]),
         "pruning": pruning.method if pruning is not None else "none",
-        "pruning_amount": float(pruning.target if isinstance(pruning, Pruning) else pruning.amount) if pruning else 0.0,
+        "pruning_amount": float(pruning.target) if pruning is not None else 0.0,
         "seed": int(results["seed"]) if results["seed"] is not None else -1,
     }
 

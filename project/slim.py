@@ -10,7 +10,8 @@ dependency handling is Torch-Pruning's (Fang et al., "DepGraph: Towards Any Stru
 * :func:`macs_per_sample`, :func:`train_flops_per_sample`, :func:`count_params`, :func:`weights_bytes` -- what a
   net costs;
 * :func:`slim` -- one pruning step on a plain ``nn.Module``;
-* :class:`StructuredPruning` -- the Lightning callback: a schedule over epochs, resumable, optimizers rebuilt.
+* :class:`StructuredPruning` -- the Lightning callback: a schedule over epochs (the one
+  :class:`project.callbacks.ScheduledPruning` gives both pruning callbacks), resumable, optimizers rebuilt.
 """
 
 from __future__ import annotations
@@ -23,12 +24,9 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from jsonargparse.typing import NonNegativeInt
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from project import adapters
-from project.callbacks import LAYER_TYPES, Pruning, PruningAmount
+from project.callbacks.pruning import LAYER_TYPES, Pruning, PruningAmount, ScheduledPruning
 from project.errors import ConfigError, require
 from project.nets import build_net
 
@@ -182,11 +180,12 @@ def rebuild_optimizers(trainer: L.Trainer) -> None:
         config.scheduler.load_state_dict(state)
 
 
-class StructuredPruning(Callback):
+class StructuredPruning(ScheduledPruning):
     """Structured (channel/neuron) pruning on a schedule, physically slimming the net; resumable.
 
-    At the **start** of each epoch from ``start_epoch`` to ``end_epoch`` (default: ``start_epoch`` only) the
-    removed fraction grows linearly to ``amount``: each prunable layer keeps ``floor(n0 * (1 - fraction))`` of
+    The schedule is :class:`~project.callbacks.ScheduledPruning`'s: at the **start** of each epoch from
+    ``start_epoch`` to ``end_epoch`` (default: ``start_epoch`` only) the removed fraction grows linearly to
+    ``amount``: each prunable layer keeps ``floor(n0 * (1 - fraction))`` of
     its ``n0`` recipe channels (``global_pruning: false``), or all prunable layers together keep that fraction of
     their total, ranked against each other (``global_pruning: true``). Channels are ranked by the L1 or L2
     norm of their weights (see :func:`slim`). Each step comes at the start of its epoch, so epoch ``end_epoch`` and
@@ -214,6 +213,17 @@ class StructuredPruning(Callback):
             :class:`~project.callbacks.Pruning`, ``model.compile: true`` or more than one process.
     """
 
+    label = "structured pruning"
+    needed_to_resume = "slimmed by structured pruning"  # its net has the slimmed widths
+    config_file = "configs/slim.yaml"
+    charts = {
+        "Structured pruning": {
+            "Parameters": ["Multiline", ["slim/params"]],
+            "MACs per sample": ["Multiline", ["slim/macs_per_sample"]],
+            "Layer widths": ["Multiline", [r"slim/width/.*"]],
+        }
+    }
+
     def __init__(
         self,
         amount: PruningAmount = 0.5,
@@ -223,24 +233,22 @@ class StructuredPruning(Callback):
         end_epoch: NonNegativeInt | None = None,
         layers: list[Literal["Conv2d", "Linear"]] | None = None,
     ) -> None:
-        require(0 <= amount < 1, "structured pruning amount", f"must be in [0, 1), got {amount}")
+        self.init_schedule(amount, start_epoch, end_epoch)
         require(norm in (1, 2), "structured pruning norm", f"must be 1 or 2, got {norm}")
-        end_epoch = start_epoch if end_epoch is None else end_epoch
-        require(end_epoch >= start_epoch, "structured pruning end_epoch",
-                f"({end_epoch}) must be >= start_epoch ({start_epoch})")  # fmt: skip
         layers = layers or ["Conv2d", "Linear"]
         require(bool(layers) and all(name in LAYER_TYPES for name in layers), "structured pruning layers",
                 f"must be a list of {sorted(LAYER_TYPES)}, got {layers}")  # fmt: skip
-        self.amount, self.norm, self.global_pruning = float(amount), int(norm), bool(global_pruning)
-        self.start_epoch, self.end_epoch = int(start_epoch), int(end_epoch)
+        self.norm, self.global_pruning = int(norm), bool(global_pruning)
         self.layer_names = list(layers)
         self.layer_types = tuple(LAYER_TYPES[name] for name in layers)
         self.initial: dict[str, int] = {}
         self.before: dict[str, int] = {}
+        self.take_copy_number()
 
     @property
-    def state_key(self) -> str:
-        return adapters.state_key(self, **self.schedule())
+    def amount(self) -> float:
+        """The final fraction removed (the constructor's ``amount``; ``target`` in the schedule base)."""
+        return self.target
 
     @property
     def method(self) -> str:
@@ -250,7 +258,7 @@ class StructuredPruning(Callback):
     def schedule(self) -> dict[str, Any]:
         """The settings that decide what is removed when (stored in checkpoints, compared on resume)."""
         return {
-            "amount": self.amount,
+            "amount": self.target,
             "norm": self.norm,
             "global_pruning": self.global_pruning,
             "start_epoch": self.start_epoch,
@@ -258,12 +266,14 @@ class StructuredPruning(Callback):
             "layers": self.layer_names,
         }
 
-    def target_at(self, epoch: int) -> float:
-        """Fraction of channels removed once ``epoch`` has started (0 before ``start_epoch``)."""
-        if epoch < self.start_epoch:
-            return 0.0
-        steps = self.end_epoch - self.start_epoch + 1
-        return self.amount * min(epoch - self.start_epoch + 1, steps) / steps
+    def reached(self, fraction: float) -> str:
+        return f"{fraction:.2f} of the channels will be removed (amount {self.target:.2f})"
+
+    def results(self) -> dict[str, Any]:
+        """``structured_pruning`` (the schedule) and ``params_before``/``macs_per_sample_before``: parameter
+        elements and multiply-accumulates per sample of the net the run started with."""
+        before = {f"{k}_before": v for k, v in self.before.items()}
+        return {"structured_pruning": self.schedule(), **before}
 
     def reference(self, net: nn.Module) -> None:
         """Take ``net``'s prunable layer widths as the ones the schedule's fractions refer to."""
@@ -279,7 +289,7 @@ class StructuredPruning(Callback):
     # -- hooks ---------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
-            return
+            return super().setup(trainer, pl_module, stage)
         if any(isinstance(cb, Pruning) for cb in trainer.callbacks):
             raise ConfigError(
                 "trainer.callbacks: StructuredPruning removes channels, Pruning masks single weights of the same "
@@ -303,16 +313,7 @@ class StructuredPruning(Callback):
             "params": count_params(net),
             "macs_per_sample": macs_per_sample(hp.net, hp.num_classes, net.widths()),
         }
-        last = (trainer.max_epochs or 0) - 1
-        if trainer.max_epochs not in (None, -1) and last < self.end_epoch:
-            # the schedule does not finish: its last step would come at the start of an epoch that never runs
-            reached = self.target_at(last)
-            rank_zero_warn(
-                f"structured pruning runs to epoch {self.end_epoch} but max_epochs is {trainer.max_epochs}: "
-                f"{reached:.2f} of the channels will be removed (amount {self.amount:.2f}). Lower "
-                f"start_epoch/end_epoch or raise trainer.max_epochs to {self.end_epoch + 1} or more",
-                category=UserWarning,
-            )
+        super().setup(trainer, pl_module, stage)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.step(trainer, pl_module, trainer.current_epoch)
@@ -342,4 +343,4 @@ class StructuredPruning(Callback):
         pl_module.log_dict(stats, on_epoch=True)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"schedule": self.schedule(), "initial": dict(self.initial)}
+        return super().state_dict() | {"initial": dict(self.initial)}

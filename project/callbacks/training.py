@@ -1,0 +1,152 @@
+"""Training-time callbacks: cudnn flags, throughput and epoch time, the learning rate at every step.
+
+* Where is ``torch.backends.cudnn.enabled`` set?  :class:`CudnnFlags` (``benchmark`` and ``deterministic``
+  are Lightning's own Trainer flags).
+* Where are samples/s and epoch times measured?  :class:`Throughput` (Lightning's ``ThroughputMonitor``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ThroughputMonitor
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities import rank_zero_only
+
+from project import adapters
+
+
+class CudnnFlags(Callback):
+    """Sets ``torch.backends.cudnn.enabled`` for the run (recipe A sets it explicitly); restores it after.
+
+    ``None`` leaves the process-wide flag as it is. ``cudnn.benchmark`` and ``cudnn.deterministic`` are
+    Lightning's ``trainer.benchmark`` / ``trainer.deterministic`` (Lightning leaves ``benchmark`` untouched
+    when it is not set).
+    """
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = enabled
+        self._previous: bool | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.enabled is not None:
+            self._previous = torch.backends.cudnn.enabled
+            torch.backends.cudnn.enabled = self.enabled
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._previous is not None:
+            torch.backends.cudnn.enabled = self._previous
+            self._previous = None
+
+    @staticmethod
+    def in_effect() -> dict[str, bool]:
+        """The cudnn flags as they are now: ``cudnn_enabled``, ``cudnn_benchmark``, ``deterministic``."""
+        return {
+            "cudnn_enabled": bool(torch.backends.cudnn.enabled),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "deterministic": bool(torch.are_deterministic_algorithms_enabled()),
+        }
+
+
+def synced_time(device: torch.device) -> float:
+    """``time.perf_counter()`` (seconds) after the device finished its queued work (CUDA is asynchronous).
+
+    The bench's clock; it reads time as Lightning's ``ThroughputMonitor`` (:class:`Throughput`) does.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def batch_samples(batch: Any) -> int:
+    """N: the samples in an ``(images (N, C, H, W), labels (N,))`` batch or a prediction batch of images alone."""
+    return len(batch) if isinstance(batch, torch.Tensor) else len(batch[0])
+
+
+class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
+    """Lightning's ``ThroughputMonitor``, logging training only, plus the time and rate of each epoch.
+
+    The clock and the counting are the library's: ``time.perf_counter()`` after ``torch.cuda.synchronize()`` on
+    CUDA, validation time subtracted from training time, samples counted per batch. Logged every
+    ``trainer.log_every_n_steps`` steps, as rates over the last ``window_size`` steps (default: the same
+    ``log_every_n_steps``, so each point covers the steps since the previous one):
+    ``train/device/samples_per_sec``, ``train/device/batches_per_sec`` and ``train/device/flops_per_sec`` (FLOPs
+    from the module's ``flops_per_batch``), ``train/device/mfu`` on GPUs whose peak Lightning knows, the same
+    without ``device/`` summed over ranks when there is more than one, and ``train/time`` (seconds),
+    ``train/samples``, ``train/batches`` so far. Validation and test throughput are measured (the subtraction
+    needs them) but not logged.
+
+    Added here, each epoch: ``train/epoch_time_s`` (seconds of training steps, data loading included,
+    validation and checkpointing excluded), logged, and ``epoch_time_s`` / ``samples_per_s`` lists (all ranks
+    together) for ``results.json``; ``flags``: the cudnn flags in effect during training. Rank 0 only, like
+    the library callback. Takes the parent's arguments (``batch_size_fn`` defaults to :func:`batch_samples`).
+
+    Differences from Lightning's ThroughputMonitor, by Lightning's own tests (``scripts/upstream_tests.sh``,
+    11 of 13 fail, all for these): validation, test and predict rates are not logged (5 tests); one more
+    ``log_metrics`` call per epoch (``train/epoch_time_s``), and the epoch clock reads ``time.perf_counter``,
+    whose values those tests script call by call (6 tests; they pass with the two epoch hooks removed);
+    ``window_size`` defaults to ``log_every_n_steps`` (at least 2), not 100.
+    """
+
+    def __init__(
+        self,
+        window_size: int | None = None,
+        batch_size_fn: Callable[[Any], int] = batch_samples,
+        length_fn: Callable[[Any], int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(batch_size_fn=batch_size_fn, length_fn=length_fn, **kwargs)
+        self.window_size = window_size
+        self.epoch_time_s: list[float] = []
+        self.samples_per_s: list[float] = []
+        self.flags: dict[str, bool] = {}
+        self._epoch_start: tuple[float, int] = (0.0, 0)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.kwargs["window_size"] = max(2, self.window_size or trainer.log_every_n_steps)
+        super().setup(trainer, pl_module, stage)
+
+    @rank_zero_only
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.flags = CudnnFlags.in_effect()
+        t0, samples, _ = adapters.training_clock(self, RunningStage.TRAINING)
+        self._epoch_start = (synced_time(pl_module.device) - t0, samples)
+
+    @rank_zero_only
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _, samples, times = adapters.training_clock(self, RunningStage.TRAINING)
+        samples -= self._epoch_start[1]
+        if not samples or not times:
+            return
+        seconds = times[-1] - self._epoch_start[0]
+        self.epoch_time_s.append(seconds)
+        self.samples_per_s.append(samples * trainer.world_size / seconds)
+        pl_module.log("train/epoch_time_s", seconds, on_epoch=True, rank_zero_only=True)
+
+
+class StepLearningRateMonitor(LearningRateMonitor):
+    """Lightning's ``LearningRateMonitor`` (``lr-<Optimizer>`` tags), logging at every optimizer step.
+
+    The stock callback logs only every ``trainer.log_every_n_steps`` steps (none at all in a run shorter
+    than that); one scalar per step costs nothing measurable next to a training step. Takes the parent's
+    ``log_momentum`` and ``log_weight_decay``; ``logging_interval`` is always ``"step"``.
+
+    Differences from Lightning's LearningRateMonitor, by Lightning's own tests (``scripts/upstream_tests.sh``,
+    6 of 19 fail, all for these): no ``logging_interval`` argument (4 tests); an epoch-wise scheduler's rate is
+    logged at every step, not once per epoch (``test_lr_monitor_update_callback_metrics``); names of param
+    groups added at an epoch start (``BackboneFinetuning``) appear at that epoch's first step, not at its
+    start (``test_multiple_optimizers_basefinetuning``).
+    """
+
+    def __init__(self, log_momentum: bool = False, log_weight_decay: bool = False) -> None:
+        super().__init__(logging_interval="step", log_momentum=log_momentum, log_weight_decay=log_weight_decay)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        stats = adapters.lr_stats(self, trainer)
+        if stats:
+            for logger in trainer.loggers:
+                logger.log_metrics(stats, step=adapters.optimizer_steps(trainer))
