@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from project.fit import main as run_main  # noqa: F401  (tests call it in-process)
 
@@ -50,6 +55,43 @@ def results(run_dir: Path) -> dict:
 
 def run_dirs(logs: Path) -> list[Path]:
     return sorted(p for p in logs.glob("*/version_*") if p.is_dir())
+
+
+class LinearModel(L.LightningModule):
+    """A linear classifier of 32 features into 2 classes (SGD, lr 0.1); ``extra`` is kept as a submodule."""
+
+    def __init__(self, extra: nn.Module | None = None):
+        super().__init__()
+        self.lin = nn.Linear(32, 2)
+        self.extra = extra
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.lin(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def linear_data() -> DataLoader:
+    """64 seeded samples for :class:`LinearModel` in batches of 16: x float32 (16, 32), y int64 (16,) in {0, 1}."""
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(64, 32, generator=g), torch.randint(0, 2, (64,), generator=g)), 16)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, not ``pid`` itself (Linux: the parent pid is field 4 of /proc/<pid>/stat)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):  # a process that ended while we read
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from helpers import results, run_dirs, run_main, tiny_args
+from helpers import LinearModel, linear_data, results, run_dirs, run_main, tiny_args
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from project.callbacks import Pruning, sparsity
 from project.cli import ProjectCLI
@@ -137,25 +136,6 @@ def test_pruning_resume_keeps_masks_and_schedule(tiny_mnist, tmp_path, monkeypat
     for key in sa:
         assert torch.equal(sa[key] == 0, sb[key] == 0), key  # identical masks
         assert torch.allclose(sa[key], sb[key], atol=1e-6), key
-
-
-class LinearModel(L.LightningModule):
-    def __init__(self, extra: nn.Module | None = None):
-        super().__init__()
-        self.lin = nn.Linear(32, 2)
-        self.extra = extra
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return nn.functional.cross_entropy(self.lin(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def linear_data():
-    g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.randn(64, 32, generator=g), torch.randint(0, 2, (64,), generator=g)), 16)
 
 
 def test_reported_sparsity_is_true_sparsity_on_a_single_linear(tmp_path):

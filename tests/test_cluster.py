@@ -40,13 +40,31 @@ def weights(run):
     return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
 
 
-def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data, tmp_path):
-    args = [
+def resume_args(fashion_data, logs, callback: str) -> list[str]:
+    """fashion_mnist.yaml for 3 deterministic epochs of 10 steps into ``logs``, with a test-only ``callback`` that
+    interrupts the run (``tests/`` on ``PYTHONPATH``)."""
+    return [
         "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
         "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
         "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3", "--trainer.deterministic", "true",
-        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.Preempt",
+        "--trainer.logger.init_args.save_dir", str(logs), f"--trainer.callbacks+={callback}",
     ]  # fmt: skip
+
+
+def check_resumed_like_reference(logs, run, ref_run) -> dict:
+    """The resumed job finished in its one ``fashion_mnist`` run folder ``run`` with the uninterrupted ``ref_run``'s
+    results and weights, exactly; returns the run's ``slurm_job.json``."""
+    assert [r for r in run_dirs(logs) if r.parent.name == "fashion_mnist"] == [run]  # one run folder
+    got, want = results(run), results(ref_run)
+    for key in ("test_acc", "test_loss", "best_val_acc", "epochs", "global_step"):
+        assert got[key] == want[key], key
+    a, b = weights(run), weights(ref_run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return json.loads((run / "slurm_job.json").read_text())
+
+
+def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data, tmp_path):
+    args = resume_args(fashion_data, tmp_path / "logs", "helpers.Preempt")
     # uninterrupted reference, as SLURM job 100
     ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, slurm_env(tmp_path, "100", 0))
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -64,13 +82,7 @@ def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data
     second = fit(args, tmp_path, slurm_env(tmp_path, "4242", 1))
     assert second.returncode == 0, second.stderr[-3000:]
     assert "requeued" in second.stderr and "hpc_ckpt_1.ckpt" in second.stderr
-    assert [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"] == [run]  # one run folder
-    got, want = results(run), results(ref_run)
-    for key in ("test_acc", "test_loss", "best_val_acc", "epochs", "global_step"):
-        assert got[key] == want[key], key
-    a, b = weights(run), weights(ref_run)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    job = json.loads((run / "slurm_job.json").read_text())
+    job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)
     assert job["job"] == "4242" and [s["restart_count"] for s in job["starts"]] == [0, 1]
     assert (run / "config-resume-1.yaml").is_file()
 
@@ -275,12 +287,7 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
 def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_data, tmp_path):
     """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch and replaced runs the same command with the same
     PROJECT_JOB_ID (the Job's uid): it resumes the run that Job started, in place, with the uninterrupted result."""
-    args = [
-        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-        "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
-        "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3", "--trainer.deterministic", "true",
-        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.Sigterm",
-    ]  # fmt: skip
+    args = resume_args(fashion_data, tmp_path / "logs", "helpers.Sigterm")
     ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, clean_env())
     assert ref.returncode == 0, ref.stderr[-3000:]
     (ref_run,) = run_dirs(tmp_path / "logs")
@@ -293,11 +300,5 @@ def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_d
     second = fit(args, tmp_path, clean_env(PROJECT_JOB_ID=uid))
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"job {uid} was requeued" in second.stderr
-    assert [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"] == [run]  # one run folder
-    got, want = results(run), results(ref_run)
-    for key in ("test_acc", "test_loss", "best_val_acc", "epochs", "global_step"):
-        assert got[key] == want[key], key
-    a, b = weights(run), weights(ref_run)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    job = json.loads((run / "slurm_job.json").read_text())
+    job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)
     assert job["job"] == uid and [s["restart_count"] for s in job["starts"]] == [0, 1]

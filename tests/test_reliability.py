@@ -13,7 +13,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from helpers import REPO, results, run_dirs, run_main, run_module, tiny_args
+from helpers import REPO, descendants, results, run_dirs, run_main, run_module, tiny_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -142,24 +142,6 @@ def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
     assert len(list((run / "checkpoints").glob("*.ckpt"))) == 2
     events = list(run.glob("events.out.tfevents.*"))
     assert events and json.loads((run / "results.json").read_text())["epochs"] == 1
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (from /proc: parent pid is field 4 of /proc/<pid>/stat)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def alive(pid: int) -> bool:

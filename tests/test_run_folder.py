@@ -110,6 +110,15 @@ def test_explicit_version_that_holds_a_run_is_refused(tiny_mnist, tmp_path, monk
 
 
 # -- paths from a checkpoint are data ----------------------------------------------------------------------------
+def plant(nested: Path, file: Path, link: Path) -> None:
+    """What must survive: ``nested`` (in folders made for it) and ``file``, each holding its own name as text, and
+    ``link``, a symbolic link to ``file``."""
+    nested.parent.mkdir(parents=True)
+    nested.write_text(nested.name)
+    file.write_text(file.name)
+    link.symlink_to(file)
+
+
 def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mnist, tmp_path, monkeypatch):
     """A checkpoint that loads with weights_only=True but whose RunCheckpoint state points at files and folders
     outside the run (``..`` paths, absolute paths, a link): resuming from it trains on and removes nothing
@@ -119,13 +128,8 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
     assert run_main(tiny_args(tiny_mnist, logs, "--checkpoint.save_top_k", "1")) == 0
     (run,) = run_dirs(logs)
     ckpt_dir = run / "checkpoints"
-    victim_dir = tmp_path / "victim"
-    (victim_dir / "inner").mkdir(parents=True)
-    (victim_dir / "inner" / "precious.txt").write_text("keep me")
-    victim_file = tmp_path / "victim.ckpt"
-    victim_file.write_text("keep me too")
-    link = ckpt_dir / "link.ckpt"
-    link.symlink_to(victim_file)
+    victim_dir, victim_file, link = tmp_path / "victim", tmp_path / "victim.ckpt", ckpt_dir / "link.ckpt"
+    plant(victim_dir / "inner" / "precious.txt", victim_file, link)
     traversal = str(ckpt_dir / ".." / ".." / ".." / "victim")
     ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
     (key,) = [k for k in ckpt["callbacks"] if k.startswith("RunCheckpoint")]
@@ -143,8 +147,8 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
     args = tiny_args(tiny_mnist, logs, "--checkpoint.save_top_k", "1", "--trainer.max_epochs", "3",
                      "--ckpt_path", str(crafted))  # fmt: skip
     assert run_main(args) == 0
-    assert (victim_dir / "inner" / "precious.txt").read_text() == "keep me"
-    assert victim_file.read_text() == "keep me too"
+    assert (victim_dir / "inner" / "precious.txt").read_text() == "precious.txt"
+    assert victim_file.read_text() == "victim.ckpt"
     assert results(run)["epochs"] == 3 and run_dirs(logs) == [run]
     assert Path(results(run)["best_ckpt"]).parent == ckpt_dir.resolve()
 
@@ -152,18 +156,13 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
 def test_checkpoint_io_removes_only_single_files(tmp_path):
     from project.callbacks import LocalAtomicCheckpointIO
 
-    folder = tmp_path / "folder.ckpt"
-    (folder / "sub").mkdir(parents=True)
-    (folder / "sub" / "x").write_text("x")
-    target = tmp_path / "target.txt"
-    target.write_text("t")
-    link = tmp_path / "link.ckpt"
-    link.symlink_to(target)
+    folder, target, link = tmp_path / "folder.ckpt", tmp_path / "target.txt", tmp_path / "link.ckpt"
+    plant(folder / "sub" / "x", target, link)
     io = LocalAtomicCheckpointIO()
     io.remove_checkpoint(folder)
     io.remove_checkpoint(f"file://{link}")
     assert (folder / "sub" / "x").read_text() == "x"  # a folder is never removed
-    assert not link.is_symlink() and target.read_text() == "t"  # the link itself goes, never its target
+    assert not link.is_symlink() and target.read_text() == "target.txt"  # the link itself goes, never its target
 
 
 # -- planted links are replaced, never followed ------------------------------------------------------------------

@@ -20,12 +20,10 @@ import optuna
 import pytest
 import torch
 import yaml
-from helpers import REPO, results, run_dirs, run_main, tiny_args
+from helpers import REPO, LinearModel, descendants, linear_data, results, run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import Callback
 from sqlalchemy.engine import make_url
 from test_paths import SWITCHES
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 import project.cli
 from project import sweep, sweep_file
@@ -83,24 +81,6 @@ def test_tensorboard_logger_shorthand_is_the_project_logger(tmp_path, logger):
 # -- several Pruning callbacks with identical settings --------------------------------------------------------
 
 
-class Linear(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(32, 2)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return nn.functional.cross_entropy(self.lin(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def linear_data():
-    g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.randn(64, 32, generator=g), torch.randint(0, 2, (64,), generator=g)), 16)
-
-
 def record_loads(monkeypatch) -> list[tuple[int, str]]:
     """(copy number, the state's marker) for every Pruning state a resume hands back."""
     loaded: list[tuple[int, str]] = []
@@ -129,7 +109,7 @@ def test_two_identical_pruning_callbacks_in_a_plain_trainer(tmp_path, monkeypatc
         return L.Trainer(max_epochs=epochs, callbacks=[Pruning(amount=0.3), Pruning(amount=0.3)], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path)  # fmt: skip
 
-    first, model = trainer(1), Linear()
+    first, model = trainer(1), LinearModel()
     first.fit(model, linear_data())
     zeros = int((model.lin.weight == 0).sum())
     assert abs(zeros - (1 - 0.7 * 0.7) * 64) <= 1  # both pruned: 30 %, then 30 % of the rest
@@ -139,7 +119,7 @@ def test_two_identical_pruning_callbacks_in_a_plain_trainer(tmp_path, monkeypatc
     loaded = record_loads(monkeypatch)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*callbacks used to create the checkpoint.*")
-        trainer(2).fit(Linear(), linear_data(), ckpt_path=tmp_path / "a.ckpt")
+        trainer(2).fit(LinearModel(), linear_data(), ckpt_path=tmp_path / "a.ckpt")
     assert sorted(loaded) == [(0, keys[0]), (1, keys[1])]
 
 
@@ -336,20 +316,6 @@ def listening(pids: set[int]) -> list[str]:
     return found
 
 
-def tree(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError):
-            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
-    found, todo = {pid}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
@@ -370,7 +336,7 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
         while len(list(hold.glob("ready-*"))) < 2 and proc.poll() is None:
             time.sleep(0.2)
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        sockets = listening(tree(proc.pid))
+        sockets = listening({proc.pid} | descendants(proc.pid))
     finally:
         (hold / "go").touch()
     out, _ = proc.communicate(timeout=600)

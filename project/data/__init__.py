@@ -2,6 +2,8 @@
 
 * :mod:`project.data.archives` -- archive integrity (md5, IDX sizes) and offline import;
 * :mod:`project.data.modules` -- ``MNISTDataModule``, ``FashionMNISTDataModule``, ``CIFAR10DataModule``;
+* :mod:`project.data.base` -- ``VisionDataModule``, the hooks they share (prepare, seeded split, loaders);
+* :mod:`project.data.loaders` -- samplers and DataLoaders (resume-aware, worker processes), the batch check;
 * :mod:`project.data.memory` -- :class:`EpochBatches`, the ``in_memory: true`` path.
 
 Configs name the modules by their public path, e.g. ``class_path: project.data.MNISTDataModule``.

@@ -17,6 +17,9 @@
 
 md5 sums are computed with ``torchvision.datasets.utils.calculate_md5``. Every write goes through a
 temporary file or folder and an atomic rename, and a failed import removes the folders it created.
+
+Around them: :func:`preparation_lock` serialises preparation of one ``data_dir`` on shared storage, and
+:func:`download_with_torchvision` is the online source (``data.download: true``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import io
 import logging
 import math
 import os
@@ -34,6 +38,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from torchvision import datasets
 from torchvision.datasets.utils import calculate_md5
 
@@ -126,6 +131,56 @@ def created_dirs(target: Path) -> Iterator[None]:
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def preparation_lock(data_dir: Path) -> Iterator[None]:
+    """Hold ``<data_dir>/.prepare.lock`` (``filelock``) while preparing ``data_dir``, which must exist.
+
+    Serialises preparation on storage shared by several nodes or jobs (needs a file system with working
+    ``flock``, as NFSv4 and most cluster file systems have): one process imports, the others wait and then find
+    the files. A lock file this process created is removed when the body fails, so the folder is left as it was;
+    waiters then try themselves (safely: writes are atomic).
+    """
+    lock_path = data_dir / ".prepare.lock"
+    lock_existed = lock_path.exists()
+    lock = FileLock(lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("waiting for another process preparing %s (lock %s)", data_dir, lock.lock_file)
+        lock.acquire()
+    try:
+        yield
+    except BaseException:
+        if not lock_existed:
+            lock_path.unlink(missing_ok=True)
+        raise
+    finally:
+        lock.release()
+
+
+def download_with_torchvision(
+    dataset_cls: type[datasets.VisionDataset], data_dir: Path, archive_names: list[str]
+) -> None:
+    """torchvision's own download (with its md5 checks) of the training and test sets into ``data_dir``.
+
+    Raises:
+        DataError: the download failed: its last line, the ``archive_names`` expected and the offline fix
+            (``data.source_dir``). torchvision's per-mirror lines go into that message only, not to the console.
+    """
+    out = io.StringIO()
+    try:
+        # torchvision prints one line per mirror tried; keep them for the error message only.
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            for train in (True, False):
+                dataset_cls(str(data_dir), train=train, download=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise DataError(
+            f"downloading {dataset_cls.__name__} failed ({first}). Expected files: {', '.join(archive_names)}. "
+            f"Without network access, put those original archives in a folder and set data.source_dir to it"
+        ) from None
 
 
 def _decompress_bounded(archive: Path, target: Path, size: int, md5: str) -> str:
