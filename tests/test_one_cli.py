@@ -4,6 +4,8 @@ jsonargparse parser as every override, so ``--help`` shows both and a bad value 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from helpers import results, run_dirs, run_main, tiny_args
@@ -11,6 +13,7 @@ from helpers import results, run_dirs, run_main, tiny_args
 from project import evaluate, export, predict
 
 COMMANDS = {"evaluate": evaluate, "predict": predict, "export": export}
+COMMAND_NAMES = ("fit", "evaluate", "predict", "export", "summarize", "sweep")
 OWN_OPTIONS = {"evaluate": ["--split"], "predict": ["--top_k", "--out", "inputs"], "export": ["--format", "--atol"]}
 
 
@@ -57,3 +60,24 @@ def test_evaluate_val_reproduces_the_best_checkpoints_validation_accuracy(tiny_m
     assert out["acc"] == pytest.approx(results(run)["best_val_acc"], abs=1e-7)
     confusion = out["confusion_matrix"]
     assert sum(confusion[i][i] for i in range(10)) == round(out["acc"] * 100)
+
+
+def run_python(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_python_m_project_runs_each_command_as_its_own_module(trained_run, tmp_path):
+    listing = run_python("-m", "project", "--help", cwd=tmp_path)
+    assert listing.returncode == 0
+    assert [line.split()[0] for line in listing.stdout.splitlines()[2:]] == list(COMMAND_NAMES)
+    for argv in ([], ["nope"]):
+        wrong = run_python("-m", "project", *argv, cwd=tmp_path)
+        assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and wrong.stderr.startswith("error: ")
+    # the same command through both entries: the same output files and exit status
+    for entry, out in ((["-m", "project", "summarize"], "a"), (["-m", "project.summarize"], "b")):
+        done = run_python(*entry, str(trained_run.parent), "--out", str(tmp_path / out), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert (tmp_path / "a" / "summary.csv").read_text() == (tmp_path / "b" / "summary.csv").read_text()
+    bad = run_python("-m", "project", "evaluate", str(trained_run), "--split", "train", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: split")
