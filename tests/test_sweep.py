@@ -15,7 +15,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from helpers import REPO
+from helpers import REPO, pruned_at_once
 from test_callbacks import tensorboard_hparams
 
 from project import summarize, sweep, sweep_file
@@ -196,11 +196,7 @@ def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp
                       pruner={"threshold": {"lower": 2.0}})  # fmt: skip  (val/acc < 2: prune at once)
     proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = tmp_path / "logs" / "smoke"
-    (trial,) = study_of("smoke", f"sqlite:///{folder / 'study.db'}").get_trials()
-    assert trial.state == optuna.trial.TrialState.PRUNED and list(trial.intermediate_values) == [0]
-    run = folder / "version_0"
-    assert json.loads((run / "trial.json").read_text())["state"] == "pruned"
+    run = pruned_at_once(tmp_path)
     assert json.loads((run / "pruned.json").read_text())["epoch"] == 0
     assert json.loads((run / "results.json").read_text())["epochs"] == 1  # stopped after the first epoch
     hparams = tensorboard_hparams(run)  # HPARAMS compares trials by what the sweep varied
