@@ -22,7 +22,8 @@ Arguments after the sweep's own options are fit overrides added to the sweep fil
   failed and re-queued (Optuna's ``RetryHeartbeatStaleTrialCallback``) and the retry resumes the run folder
   from its ``last.ckpt``.
 * Bad trials are stopped early by the study's pruner on ``val/acc`` each epoch (:class:`ReportToStudy`).
-* Modules: the sweep file in :mod:`project.sweep_file`, the storage in :mod:`project.sweep_storage`, one trial's
+* Modules: the sweep file in :mod:`project.sweep_file`, from its base to a trial's config in
+  :mod:`project.sweep_config`, the storage in :mod:`project.sweep_storage`, one trial's
   run and outcome in :mod:`project.sweep_trial`, the report in :mod:`project.sweep_report`; this one holds the
   study, the workers and the command.
 
@@ -49,7 +50,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from project import trial_server
 from project.errors import ArgumentParser, ConfigError
-from project.sweep_file import Sweep, check_objective, key_path, load_sweep, make_pruner, resolve_base
+from project.sweep_config import check_objective, key_path, resolve_base
+from project.sweep_file import Sweep, load_sweep, make_pruner
 from project.sweep_storage import default_storage, open_storage, scrubbed, shown, stable
 from project.sweep_trial import (  # noqa: F401  (ReportToStudy: the class path project.sweep.ReportToStudy)
     FIT_LOG,

@@ -26,7 +26,8 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from project import runs, trial_server
-from project.sweep_file import Sweep, make_pruner, trial_config
+from project.sweep_config import trial_config
+from project.sweep_file import Sweep, make_pruner
 from project.sweep_storage import open_storage, scrubbed, stable
 
 TRIAL_FILE = "trial.json"
