@@ -175,9 +175,16 @@ def stats_of(members: list[Run], metrics: list[str]) -> dict[str, Any]:
 
 
 def summarize(
-    roots: list[Path], metrics: list[str], by: list[str] | None = None, found: list[Run] | None = None
+    roots: list[Path],
+    metrics: list[str],
+    by: list[str] | None = None,
+    found: list[Run] | None = None,
+    grouped: list[Run] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Markdown tables (runs; groups with mean ± std) and the same data as a dict.
+
+    ``grouped``: the runs of ``found`` that form the groups (default: every finished one; a sweep groups its
+    completed trials only, not the pruned ones).
 
     Returns:
         ``(markdown, {"groups": {label: stats}, "runs": [...]})``.
@@ -188,7 +195,7 @@ def summarize(
     all_runs = collect(roots) if found is None else found  # ``found``: collect(roots), read once by the caller
     if not all_runs:
         raise ConfigError(f"no run folders (<experiment>/version_N) under {', '.join(map(str, roots))}")
-    finished = [r for r in all_runs if r.results is not None]
+    finished = [r for r in all_runs if r.results is not None] if grouped is None else grouped
     groups = group_runs(finished, by)
     group_of = {r.path: label for label, members in groups.items() for r in members}
     lines = ["| run | group | status | seed | " + " | ".join(metrics) + " |",
@@ -248,8 +255,16 @@ def val_curves(run: Path, tag: str = "val/acc") -> tuple[list[int], list[float]]
     return [e.step for e in events], [e.value for e in events]
 
 
-def plot(stats: dict[str, Any], all_runs: list[Run], out: Path, x_key: str | None) -> list[Path]:
-    """Write ``val_acc.png`` and, with ``x_key``, ``test_acc_vs_<x_key>.png`` into ``out``; return the paths."""
+def plot(
+    stats: dict[str, Any],
+    all_runs: list[Run],
+    out: Path,
+    x_key: str | list[str] | None,
+    y_key: str = "test_acc",
+    name: str = "{y}_vs_{x}.png",
+) -> list[Path]:
+    """Write ``val_acc.png`` and, for each ``x_key`` (one or a list), ``y_key`` against it (default
+    ``test_acc_vs_<x_key>.png``; ``name`` formats ``{y}`` and ``{x}``) into ``out``; return the paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,28 +293,31 @@ def plot(stats: dict[str, Any], all_runs: list[Run], out: Path, x_key: str | Non
     fig.tight_layout()
     fig.savefig(written[-1])
     plt.close(fig)
-    if x_key:
-        finished = [r for r in all_runs if r.results is not None and isinstance(r.value("test_acc"), int | float)]
+    x_keys = [x_key] if isinstance(x_key, str) else x_key or []
+    for x_key in x_keys:
+        finished = [r for r in all_runs if r.results is not None and isinstance(r.value(y_key), int | float)]
         xs = [r.value(x_key) for r in finished]
         numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
         cats = sorted({fmt(x) for x in xs}) if not numeric else []
         pos = [float(x) if numeric else cats.index(fmt(x)) for x in xs]
         fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-        ax.scatter(pos, [r.value("test_acc") for r in finished], s=14, alpha=0.6, label="runs")
+        ax.scatter(pos, [r.value(y_key) for r in finished], s=14, alpha=0.6, label="runs")
         by_x: dict[float, list[float]] = {}
         for p, r in zip(pos, finished):
-            by_x.setdefault(p, []).append(float(r.value("test_acc")))
+            by_x.setdefault(p, []).append(float(r.value(y_key)))
         px = sorted(by_x)
         means = [statistics.fmean(by_x[p]) for p in px]
         stds = [statistics.stdev(by_x[p]) if len(by_x[p]) > 1 else 0.0 for p in px]
         ax.errorbar(px, means, yerr=stds, color="black", capsize=3, lw=1.2, label="mean ± std")
         if not numeric:
             ax.set_xticks(range(len(cats)), cats, rotation=20, fontsize=8)
-        ax.set(xlabel=x_key, ylabel="test_acc", title=f"Test accuracy against {x_key}")
+        elif len(px) > 2 and min(px) > 0 and max(px) / min(px) > 50:
+            ax.set_xscale("log")  # a learning rate swept over decades
+        ax.set(xlabel=x_key, ylabel=y_key, title=f"{'Test accuracy' if y_key == 'test_acc' else y_key} against {x_key}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in x_key)
-        written.append(out / f"test_acc_vs_{safe}.png")
+        written.append(out / name.format(y=y_key, x=safe))
         fig.tight_layout()
         fig.savefig(written[-1])
         plt.close(fig)

@@ -19,42 +19,91 @@ A YAML mapping (read with the safe loader)::
     heartbeat_s: 20                    # a trial without heartbeat for 3 x heartbeat_s is failed and retried
     max_retry: 3                       # retries of a trial whose process died
 
-Every check happens before anything is written; each failure is a :class:`~project.errors.ConfigError`
-naming the key.
+jsonargparse parses the file against :class:`SweepFile` (``Literal`` choices, ``PositiveInt``, ``PositiveFloat``,
+one typed mapping per distribution), so a misspelled key, a wrong type or a value out of range is one
+:class:`~project.errors.ConfigError` naming the file, the key and what it takes. The checks across keys follow
+(low < high, a grid for every dimension, distinct seeds, a pruner Optuna has). Everything is checked before
+anything is written.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import importlib
-import inspect
-import io
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, Literal, NotRequired, TypedDict, get_args, get_origin, get_type_hints
 
 import optuna
 import yaml
+from jsonargparse import ArgumentError, ArgumentParser
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
 from project.errors import ConfigError, yaml_problem
+from project.sweep_config import check_objective, key_path, resolve_base, trial_config  # noqa: F401  (their old home)
 
-SWEEP_KEYS = (
-    "name",
-    "base",
-    "space",
-    "objective",
-    "seeds",
-    "sampler",
-    "sampler_seed",
-    "n_trials",
-    "pruner",
-    "heartbeat_s",
-    "max_retry",
-)
-METRICS = ("test_acc", "best_val_acc", "test_loss", "sparsity", "train_samples_per_s")
-SAMPLERS = ("grid", "random", "tpe")
-KINDS = ("categorical", "int", "float", "log_float")
+Metric = Literal["test_acc", "best_val_acc", "test_loss", "sparsity", "train_samples_per_s"]
+Sampler = Literal["grid", "random", "tpe"]
+METRICS, SAMPLERS = get_args(Metric), get_args(Sampler)
+
+# The distributions of ``space`` as YAML writes them (a plain list is a grid); functional syntax, since two keys
+# are the names of builtins
+Categorical = TypedDict("Categorical", {"categorical": list[Any]})  # noqa: UP013
+IntRange = TypedDict("IntRange", {"int": tuple[int, int], "step": NotRequired[PositiveInt]})  # noqa: UP013
+FloatRange = TypedDict("FloatRange", {"float": tuple[float, float], "step": NotRequired[PositiveFloat]})  # noqa: UP013
+LogFloatRange = TypedDict("LogFloatRange", {"log_float": tuple[PositiveFloat, PositiveFloat]})  # noqa: UP013
+Distribution = list[Any] | Categorical | IntRange | FloatRange | LogFloatRange
+KINDS = {"categorical": Categorical, "int": IntRange, "float": FloatRange, "log_float": LogFloatRange}
+KIND_HELP = {
+    "categorical": "categorical needs a non-empty list of choices",
+    "int": "int needs [low, high] integers with low < high and an optional integer step > 0",
+    "float": "float needs [low, high] numbers with low < high and an optional step > 0",
+    "log_float": "log_float needs low > 0, [low, high] with low < high and no step",
+}
+DISTRIBUTIONS = ("a list (grid) or one of {categorical: [...]}, {int: [lo, hi]}, {float: [lo, hi]}, "
+                 "{log_float: [lo, hi]} (optional step)")  # fmt: skip
+
+
+@dataclass
+class Base:
+    """``base:``, the experiment as ``python -m project.fit`` takes it."""
+
+    config: list[str] = field(default_factory=list, metadata={"help": "fit --config files (a path or a list)"})
+    args: list[str] = field(
+        default_factory=list, metadata={"help": "a list of fit arguments, e.g. ['--trainer.max_epochs', '2']"}
+    )
+
+
+@dataclass
+class Objective:
+    """``objective:``, a ``results.json`` metric and its direction (``objective: test_acc`` names the metric)."""
+
+    metric: Metric = "test_acc"
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
+@dataclass
+class SweepFile:
+    """The keys of a sweep file and their types (see the module doc): what jsonargparse parses a file against."""
+
+    space: dict[str, Distribution] = field(
+        metadata={"help": "a mapping of dotted fit config keys to distributions or lists"}
+    )
+    name: str | None = None
+    base: Base = field(default_factory=Base)
+    objective: Objective = field(default_factory=Objective)
+    seeds: list[int] = field(default_factory=lambda: [42], metadata={"help": "a list of distinct integers"})
+    sampler: Sampler = "grid"
+    sampler_seed: int = 0
+    n_trials: PositiveInt | None = None
+    pruner: str | dict[str, dict[str, Any] | None] = field(
+        default="none", metadata={"help": "median, percentile, threshold, hyperband or none, or {name: {options}}"}
+    )
+    heartbeat_s: PositiveFloat = 20.0
+    max_retry: NonNegativeInt = 3
+
+
+SWEEP_KEYS = tuple(f.name for f in fields(SweepFile))
 
 
 @dataclass
@@ -129,39 +178,85 @@ class Sweep:
         }
 
 
-def _param(key: str, spec: Any) -> Param:
+WORDS = {int: "an integer", float: "a number", str: "a string", NoneType: "null", PositiveInt: "an integer > 0",
+         PositiveFloat: "a number > 0", NonNegativeInt: "an integer >= 0"}  # fmt: skip
+
+
+def _allowed(hint: Any) -> str:
+    """What a type annotation takes, in words (``one of grid, random, tpe``, ``an integer > 0 or null``)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin is UnionType:
+        return " or ".join(_allowed(a) for a in args)
+    if origin is list:
+        return f"a list ({_allowed(args[0])} each)"
+    if origin is dict:
+        return "a mapping"
+    return WORDS.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    """Whether jsonargparse takes ``value`` as a ``hint``."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--value", type=hint)
+    try:
+        parser.parse_object({"value": copy.deepcopy(value)})
+    except ArgumentError:
+        return False
+    return True
+
+
+def _problem(key: str, value: Any, hint: Any, allowed: str | None = None) -> str | None:
+    """What is wrong with ``value`` as a ``hint`` found at ``key``, as ``"<key>: <what>; <what it takes>"``, or
+    None. A section (a dataclass) is gone through key by key, each value checked by jsonargparse."""
+    if is_dataclass(hint):
+        names = [f.name for f in fields(hint)]
+        if not isinstance(value, dict):
+            return f"{key or 'a sweep file'}: {value!r} is not a mapping; it takes {', '.join(names)}"
+        hints, helps = get_type_hints(hint), {f.name: f.metadata.get("help") for f in fields(hint)}
+        for k, v in value.items():
+            if k not in hints:
+                return f"{key + ': ' if key else ''}unknown key {k!r}; {key or 'a sweep file'} takes {', '.join(names)}"
+            if problem := _problem(f"{key}.{k}" if key else k, v, hints[k], helps[k]):
+                return problem
+        for f in fields(hint):
+            if f.default is MISSING and f.default_factory is MISSING and f.name not in value:
+                return f"{key + '.' if key else ''}{f.name}: missing; give {helps[f.name] or _allowed(hints[f.name])}"
+        return None
+    if hint is Distribution and isinstance(value, dict):
+        kinds = sorted(map(str, set(value) - {"step"}))
+        if len(kinds) != 1:
+            return f"{key}: {value!r} is not one distribution; use {DISTRIBUTIONS}"
+        if kinds[0] not in KINDS:
+            return f"{key}: unknown distribution {kinds[0]!r}; use {DISTRIBUTIONS}"
+        return None if _fits(KINDS[kinds[0]], value) else f"{key}: {value!r}: {KIND_HELP[kinds[0]]}"
+    if hint is Distribution:
+        return None if isinstance(value, list) else f"{key}: {value!r} is not a distribution; use {DISTRIBUTIONS}"
+    if get_origin(hint) is dict and isinstance(value, dict):
+        return next(filter(None, (_problem(f"{key}.{k}", v, get_args(hint)[1]) for k, v in value.items())), None)
+    return None if _fits(hint, value) else f"{key}: {value!r} is not {allowed or _allowed(hint)}"
+
+
+def _param(key: str, spec: list[Any] | dict[str, Any]) -> Param:
+    """A parsed ``space`` entry as a :class:`Param`; checks what its type cannot say (non-empty, low < high)."""
     where = f"space.{key}"
     if isinstance(spec, list):
         if not spec:
             raise ConfigError(f"{where}: an empty grid; list at least one value")
         return Param(key, "grid", values=spec)
-    if not isinstance(spec, dict) or len(set(spec) - {"step"}) != 1:
-        raise ConfigError(
-            f"{where}: {spec!r} is not a distribution; use a list (grid) or one of "
-            "{categorical: [...]}, {int: [lo, hi]}, {float: [lo, hi]}, {log_float: [lo, hi]} (optional step)"
-        )
-    (kind,) = set(spec) - {"step"}
-    if kind not in KINDS:
-        raise ConfigError(f"{where}: unknown distribution {kind!r}; use one of {', '.join(KINDS)} or a list (grid)")
-    value, step = spec[kind], spec.get("step")
+    ((kind, value),) = ((k, v) for k, v in spec.items() if k != "step")
     if kind == "categorical":
-        if not isinstance(value, list) or not value:
-            raise ConfigError(f"{where}: categorical needs a non-empty list of choices")
-        return Param(key, kind, values=value)
-    ok = isinstance(value, list) and len(value) == 2 and all(isinstance(v, int | float) for v in value)
-    if not ok or not value[0] < value[1]:
-        raise ConfigError(f"{where}: {kind} needs [low, high] with low < high, got {value!r}")
-    if kind == "log_float" and (value[0] <= 0 or step is not None):
-        raise ConfigError(f"{where}: log_float needs low > 0 and no step")
-    if kind == "int" and not all(isinstance(v, int) for v in [*value, step or 1]):
-        raise ConfigError(f"{where}: int needs integer low, high and step")
-    if step is not None and (not isinstance(step, int | float) or step <= 0):
-        raise ConfigError(f"{where}: step must be a positive number, got {step!r}")
-    return Param(key, kind, low=value[0], high=value[1], step=step)
+        if not value:
+            raise ConfigError(f"{where}: {KIND_HELP[kind]}")
+        return Param(key, kind, values=list(value))
+    if not value[0] < value[1]:
+        raise ConfigError(f"{where}: {KIND_HELP[kind]}, got {list(value)!r}")
+    return Param(key, kind, low=value[0], high=value[1], step=spec.get("step"))
 
 
 def load_sweep(path: Path, n_trials: int | None = None) -> Sweep:
-    """Read and check a sweep file (YAML, safe loader).
+    """Read and check a sweep file (YAML, safe loader; parsed by jsonargparse against :class:`SweepFile`).
 
     Raises:
         ConfigError: unreadable file, unknown key, bad distribution, sampler, objective, seeds or numbers.
@@ -174,72 +269,61 @@ def load_sweep(path: Path, n_trials: int | None = None) -> Sweep:
         raise ConfigError(f"--config: cannot read {path} ({type(e).__name__})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping with keys {', '.join(SWEEP_KEYS)}")
-    unknown = sorted(set(raw) - set(SWEEP_KEYS))
-    if unknown:
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; a sweep file has {', '.join(SWEEP_KEYS)}")
-    base = raw.get("base") or {}
-    if not isinstance(base, dict) or set(base) - {"config", "args"}:
-        raise ConfigError(f"{path}: base: takes config (fit --config files) and args (a list of fit arguments)")
-    configs = base.get("config") or []
-    configs = [configs] if isinstance(configs, str) else configs
-    args = base.get("args") or []
-    if not isinstance(args, list):
-        raise ConfigError(f"{path}: base.args: a list of fit arguments, e.g. ['--trainer.max_epochs', '2']")
-    space = raw.get("space")
-    if not isinstance(space, dict) or not space:
-        raise ConfigError(f"{path}: space: map at least one dotted fit config key to a distribution or a list")
-    objective = raw.get("objective") or {}
-    objective = {"metric": objective} if isinstance(objective, str) else objective
-    if not isinstance(objective, dict) or set(objective) - {"metric", "direction"}:
-        raise ConfigError(f"{path}: objective: takes metric and direction")
-    metric, direction = objective.get("metric", "test_acc"), objective.get("direction", "maximize")
-    if metric not in METRICS:
-        raise ConfigError(f"objective.metric: {metric!r} is not a results.json metric; use one of {', '.join(METRICS)}")
-    if direction not in ("maximize", "minimize"):
-        raise ConfigError(f"objective.direction: {direction!r}; use maximize or minimize")
-    seeds = raw.get("seeds", [42])
-    seeds = [seeds] if isinstance(seeds, int) else seeds
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(type(s) is int for s in seeds)
-        or len(set(seeds)) < len(seeds)
-    ):
-        raise ConfigError(f"seeds: {seeds!r}; give a list of distinct integers")
-    sampler = raw.get("sampler", "grid")
-    if sampler not in SAMPLERS:
-        raise ConfigError(f"sampler: {sampler!r} is not one of {', '.join(SAMPLERS)}")
-    n_trials = n_trials if n_trials is not None else raw.get("n_trials")
-    if n_trials is not None and (type(n_trials) is not int or n_trials < 1):
-        raise ConfigError(f"n_trials: {n_trials!r}; give a positive integer")
-    if sampler != "grid" and n_trials is None:
-        raise ConfigError(f"n_trials: the {sampler} sampler needs n_trials (in the sweep file or --n_trials)")
-    pruner = raw.get("pruner") or {}
-    pruner = {pruner: {}} if isinstance(pruner, str) else pruner
-    if not isinstance(pruner, dict) or len(pruner) > 1:
+    raw = copy.deepcopy(raw)  # shorthands: a metric for objective, one seed, one base config
+    if isinstance(raw.get("objective"), str):
+        raw["objective"] = {"metric": raw["objective"]}
+    if isinstance(raw.get("seeds"), int) and not isinstance(raw["seeds"], bool):
+        raw["seeds"] = [raw["seeds"]]
+    if isinstance(raw.get("base"), dict) and isinstance(raw["base"].get("config"), str):
+        raw["base"]["config"] = [raw["base"]["config"]]
+    raw = {k: v for k, v in raw.items() if v is not None or k in ("name", "n_trials")}  # ``key:`` left empty
+    if n_trials is not None:
+        raw["n_trials"] = n_trials
+    if problem := _problem("", raw, SweepFile):
+        raise ConfigError(f"{path}: {problem}")
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(SweepFile)
+    try:
+        spec = parser.instantiate(parser.parse_object(raw))
+    except ArgumentError as e:  # what the key-by-key check did not find: jsonargparse's own first line
+        raise ConfigError(f"{path}: {str(e).strip().splitlines()[0]}") from None
+    try:
+        return _sweep(spec, path.stem)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def _sweep(spec: Any, stem: str) -> Sweep:
+    """The :class:`Sweep` of a parsed file, after the checks across keys its types cannot express."""
+    if not spec.space:
+        raise ConfigError("space: map at least one dotted fit config key to a distribution or a list")
+    if not spec.seeds or len(set(spec.seeds)) < len(spec.seeds):
+        raise ConfigError(f"seeds: {spec.seeds!r}; give a list of distinct integers")
+    if spec.sampler != "grid" and spec.n_trials is None:
+        raise ConfigError(f"n_trials: the {spec.sampler} sampler needs n_trials (in the sweep file or --n_trials)")
+    pruner = {spec.pruner: {}} if isinstance(spec.pruner, str) else spec.pruner
+    if len(pruner) != 1:
         raise ConfigError(f"pruner: {pruner!r}; give one of median, percentile, threshold, none with its options")
     sweep = Sweep(
-        name=str(raw.get("name") or path.stem),
-        configs=[str(c) for c in configs],
-        args=[str(a) for a in args],
-        space=[_param(str(k), v) for k, v in space.items()],
-        metric=metric,
-        direction=direction,
-        seeds=seeds,
-        sampler=sampler,
-        sampler_seed=int(raw.get("sampler_seed", 0)),
-        n_trials=n_trials,
+        name=str(spec.name or stem),
+        configs=list(spec.base.config),
+        args=list(spec.base.args),
+        space=[_param(str(k), v) for k, v in spec.space.items()],
+        metric=spec.objective.metric,
+        direction=spec.objective.direction,
+        seeds=list(spec.seeds),
+        sampler=spec.sampler,
+        sampler_seed=spec.sampler_seed,
+        n_trials=spec.n_trials,
         pruner={k: v or {} for k, v in pruner.items() if k != "none"},
-        heartbeat_s=float(raw.get("heartbeat_s", 20.0)),
-        max_retry=int(raw.get("max_retry", 3)),
+        heartbeat_s=float(spec.heartbeat_s),
+        max_retry=spec.max_retry,
     )
     if "seed" in (p.key for p in sweep.space):
         raise ConfigError("space.seed: list the seeds under seeds:, not in the space")
     if sweep.sampler == "grid":
         sweep.points()  # every dimension must have a grid
     make_pruner(sweep.pruner)
-    if not sweep.heartbeat_s > 0 or sweep.max_retry < 0:
-        raise ConfigError("heartbeat_s must be > 0 and max_retry >= 0")
     return sweep
 
 
@@ -259,116 +343,3 @@ def make_pruner(spec: dict[str, dict[str, Any]]) -> optuna.pruners.BasePruner:
         return cls(**options)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"pruner.{name}: {e}") from None
-
-
-def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
-    """The base experiment's full config, as ``python -m project.fit ... --print_config`` resolves it.
-
-    Raises:
-        ConfigError: the base config does not parse (the fit error, on one line).
-    """
-    from jsonargparse import ArgumentError
-
-    from project.cli import ProjectCLI, explain_parse_error
-
-    args = [a for c in sweep.configs for a in ("--config", c)] + sweep.args + extra
-    out = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            ProjectCLI([*args, "--print_config"])
-    except SystemExit as e:
-        if e.code not in (0, None):
-            raise ConfigError(f"base: the fit arguments do not parse ({' '.join(args)})") from None
-    except (ArgumentError, ValueError) as e:
-        raise ConfigError(f"base: {explain_parse_error(str(e))}") from None
-    config = yaml.safe_load(out.getvalue())
-    if not isinstance(config, dict):
-        raise ConfigError(f"base: the fit arguments do not resolve to a config ({' '.join(args)})")
-    logger = (config.get("trainer") or {}).get("logger") or {}
-    if "TensorBoardLogger" not in str(logger.get("class_path")):
-        raise ConfigError("base: trials need the TensorBoard logger (trainer.logger); do not switch it off")
-    for key in ("ckpt_path", "print_config"):
-        config.pop(key, None)
-    return config
-
-
-def check_objective(sweep: Sweep, base: dict[str, Any]) -> None:
-    """Refuse an objective the base experiment cannot produce: ``best_val_acc`` (the checkpoint callback's best
-    ``val/acc``) without validation or without checkpointing is ``null`` in every trial's ``results.json``.
-
-    What this cannot see (a swept key that turns validation off, a NaN loss) fails that trial with one line.
-
-    Raises:
-        ConfigError: naming the setting and what to do.
-    """
-    trainer = base.get("trainer") or {}
-    if sweep.metric != "best_val_acc":
-        return
-    why = None
-    if trainer.get("limit_val_batches") in (0, 0.0):
-        why = "trainer.limit_val_batches is 0 (no validation)"
-    elif trainer.get("enable_checkpointing") is False:
-        why = "trainer.enable_checkpointing is false (the best val/acc is the checkpoint callback's)"
-    elif (trainer.get("max_epochs") or 0) > 0 and (trainer.get("check_val_every_n_epoch") or 1) > trainer["max_epochs"]:
-        why = f"trainer.check_val_every_n_epoch is beyond trainer.max_epochs {trainer['max_epochs']} (no validation)"
-    if why:
-        raise ConfigError(
-            f"objective.metric: best_val_acc is never measured: {why}; validate and checkpoint, or choose another "
-            "objective (test_acc)"
-        )
-
-
-def key_path(config: dict[str, Any], key: str) -> tuple[Any, Any]:
-    """The container holding dotted ``key`` and the last part (an int for list items).
-
-    ``init_args`` may be left out (``model.optimizer.lr`` means ``model.optimizer.init_args.lr``).
-
-    Raises:
-        ConfigError: no such key in the resolved config.
-    """
-    node, parts = config, key.split(".")
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"space.{key}: {'.'.join(parts[:i])} is a list of {len(node)}; use an index")
-            if last:
-                return node, int(part)
-            node = node[int(part)]
-            continue
-        if isinstance(node, dict) and part not in node and isinstance(node.get("init_args"), dict):
-            node = node["init_args"]
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(
-                f"space.{key}: no such key in the base experiment's config (see python -m project.fit ... "
-                "--print_config)"
-            )
-        if last:
-            return node, part
-        node = node[part]
-    raise ConfigError(f"space.{key}: empty key")
-
-
-def trial_config(
-    base: dict[str, Any], params: dict[str, Any], seed: int, save_dir: str, name: str, version: int
-) -> dict[str, Any]:
-    """The base config with the trial's values, seed, run folder and :class:`ReportToStudy` callback.
-
-    Setting a ``class_path`` keeps only the ``init_args`` the new class accepts (AdamW's ``betas`` do not
-    go to SGD).
-    """
-    config = copy.deepcopy(base)
-    for key, value in params.items():
-        node, part = key_path(config, key)
-        node[part] = value
-        if part == "class_path" and isinstance(node.get("init_args"), dict):
-            module, _, cls = str(value).rpartition(".")
-            accepted = inspect.signature(getattr(importlib.import_module(module), cls)).parameters
-            node["init_args"] = {k: v for k, v in node["init_args"].items() if k in accepted}
-    config["seed_everything"] = seed
-    logger = config["trainer"]["logger"]["init_args"]
-    logger.update(save_dir=save_dir, name=name, version=version)
-    callbacks = config["trainer"].get("callbacks") or []
-    callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-    config["trainer"]["callbacks"] = [*callbacks, {"class_path": "project.sweep.ReportToStudy"}]
-    return config

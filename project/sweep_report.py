@@ -1,26 +1,22 @@
-"""A sweep's report: the trials, the points (mean ± std over seeds), the best point, and plots.
+"""A sweep's report: :mod:`project.summarize`'s tables and plots over the sweep's trials, and the best point.
 
 Written by ``python -m project.sweep`` at the end of a sweep and by ``--report`` at any time, into the
-sweep folder: ``report.md``, ``report.json``, ``objective-<key>.png`` per swept key and, when the runs
-prune weights, ``accuracy-vs-sparsity.png`` (test accuracy against the measured sparsity, the dense points'
-mean as a line). Values come from the study (trial states) and each run's ``results.json``.
+sweep folder: ``report.md`` (every trial with its state, then the points: completed trials grouped by the swept
+keys, mean ± sample std over seeds, then the best point), ``report.json`` (the same as data), ``val_acc.png``
+(validation accuracy per point), ``objective-<key>.png`` (the objective against each swept key) and, when the runs
+prune weights, ``objective-sparsity.png`` (the objective against the measured sparsity; the dense runs sit at 0).
+Trial states come from the study, values from each run's ``results.json``.
 """
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from project import runs
-from project.summarize import fmt, mean_std
-
-
-def _num(value: Any) -> str:
-    """Metrics, their std and sparsity: 4 decimals."""
-    return f"{value:.4f}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
+from project import runs, summarize
+from project.summarize import fmt
 
 
 def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
@@ -48,56 +44,45 @@ def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def as_run(row: dict[str, Any], sweep_name: str) -> summarize.Run:
+    """A trial as summarize's :class:`~project.summarize.Run`: its swept values and seed as the config, its
+    trial number and state as the status (``trial 4: complete (retry of trial 0)``)."""
+    retry = f" (retry of trial {row['retry_of']})" if row["retry_of"] is not None else ""
+    return summarize.Run(
+        path=Path(row["run"] or "-"),
+        experiment=sweep_name,
+        results=row["results"] or None,
+        config={**row["params"], "seed_everything": row["seed"]},
+        status=f"trial {row['trial']}: {row['state']}{retry}",
+    )
+
+
 def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) -> dict[str, Any]:
     """Write ``report.md``, ``report.json`` and the plots into ``folder``; returns the report as a dict."""
     keys = [p.key for p in sweep.space]
     metric = sweep.metric
+    metrics = list(dict.fromkeys([metric, "sparsity", "epochs"]))
     rows = collect(study, keys)
-    lines = [
-        f"Sweep `{sweep.name}`: {metric} ({sweep.direction}), {len(rows)} trials",
-        "",
-        "| trial | state | run | " + " | ".join(keys) + f" | seed | {metric} | sparsity | epochs |",
-        "|---:|---|---|" + "---|" * len(keys) + "---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        res = r["results"]
-        state = r["state"] + (f" (retry of {r['retry_of']})" if r["retry_of"] is not None else "")
-        lines.append(
-            f"| {r['trial']} | {state} | {Path(r['run']).name if r['run'] else '-'} | "
-            + " | ".join(fmt(r["params"][k]) for k in keys)
-            + f" | {r['seed']} | {_num(res.get(metric))} | {_num(res.get('sparsity'))} | {fmt(res.get('epochs'))} |"
-        )
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["state"] == "complete":
-            groups.setdefault(tuple(r["params"][k] for k in keys), []).append(r)
+    trials = [as_run(r, sweep.name) for r in rows]
+    complete = [run for run, r in zip(trials, rows) if r["state"] == "complete" and run.results is not None]
+    table, stats = "", {"groups": {}, "runs": []}
+    if trials:
+        table, stats = summarize.summarize([folder], metrics, keys, found=trials, grouped=complete)
     points = []
-    for values, members in groups.items():
-        mean, std = mean_std([float(m["results"][metric]) for m in members if metric in m["results"]])
-        sp, _ = mean_std([float(m["results"]["sparsity"]) for m in members if "sparsity" in m["results"]])
+    for label, members in summarize.group_runs(complete, keys).items():
+        st = stats["groups"][label]
         points.append(
             {
-                "params": dict(zip(keys, values)),
-                "n": len(members),
-                "mean": mean,
-                "std": std,
-                "sparsity": sp,
-                "seeds": sorted(m["seed"] for m in members),
+                "params": {k: members[0].config[k] for k in keys},
+                "n": st["runs"],
+                "mean": st[metric]["mean"],
+                "std": st[metric]["std"],
+                "sparsity": st["sparsity"]["mean"],
+                "seeds": sorted(m.config["seed_everything"] for m in members),
             }
         )
     points.sort(key=lambda p: tuple(str(v) if not isinstance(v, int | float) else v for v in p["params"].values()))
-    lines += [
-        "",
-        "| " + " | ".join(keys) + f" | runs | {metric} (mean ± std) | sparsity |",
-        "|" + "---|" * len(keys) + "---:|---:|---:|",
-    ]
-    for p in points:
-        std = _num(p["std"]) if p["std"] is not None else "-"
-        lines.append(
-            "| "
-            + " | ".join(fmt(v) for v in p["params"].values())
-            + f" | {p['n']} | {_num(p['mean'])} ± {std} | {_num(p['sparsity'])} |"
-        )
+    lines = [f"Sweep `{sweep.name}`: {metric} ({sweep.direction}), {len(rows)} trials", "", table.rstrip("\n")]
     scored = [p for p in points if p["mean"] is not None]
     best = None
     if scored:
@@ -105,8 +90,14 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         lines += [
             "",
             f"Best point: {', '.join(f'{k}={fmt(v)}' for k, v in best['params'].items())}: {metric} "
-            f"{_num(best['mean'])} ± {_num(best['std'])} over {best['n']} seed(s)",
+            f"{fmt(best['mean'])} ± {fmt(best['std'])} over {best['n']} seed(s)",
         ]
+    folder.mkdir(parents=True, exist_ok=True)
+    plots: list[Path] = []
+    if complete:
+        pruned = any(isinstance(s, int | float) and s > 0 for s in (run.value("sparsity") for run in complete))
+        x_keys = [*keys, *(["sparsity"] if pruned else [])]
+        plots = summarize.plot(stats, complete, folder, x_keys, y_key=metric, name="objective-{x}.png")
     out = {
         "sweep": sweep.name,
         "metric": metric,
@@ -114,90 +105,11 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         "trials": rows,
         "points": points,
         "best": best,
-        "plots": plot(rows, points, keys, metric, folder),
+        "plots": [p.name for p in plots],
     }
     text = "\n".join(lines) + "\n"
-    folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.md").write_text(text)
     runs.write_json(folder / "report.json", out)
     if echo:
         print(text, end="")
     return out
-
-
-def plot(
-    rows: list[dict[str, Any]], points: list[dict[str, Any]], keys: list[str], metric: str, folder: Path
-) -> list[str]:
-    """The objective against each swept key (trials as dots, point means ± std as bars) and, when weights
-    were pruned, test accuracy against sparsity with the dense baseline; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    done = [r for r in rows if r["state"] == "complete" and metric in r["results"]]
-    if not done:
-        return []
-    written = []
-    for key in keys:
-        values = sorted({r["params"][key] for r in done}, key=lambda v: (isinstance(v, str), v))
-        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-        where = {v: (v if numeric else i) for i, v in enumerate(values)}
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.scatter(
-            [where[r["params"][key]] for r in done],
-            [r["results"][metric] for r in done],
-            s=12,
-            alpha=0.5,
-            label="trials",
-        )
-        by: dict[Any, list[float]] = {}
-        for r in done:
-            by.setdefault(r["params"][key], []).append(float(r["results"][metric]))
-        xs = [where[v] for v in values]
-        stats = [mean_std(by[v]) for v in values]
-        ax.errorbar(
-            xs,
-            [m for m, _ in stats],
-            yerr=[s or 0 for _, s in stats],
-            marker="o",
-            capsize=3,
-            label="mean ± std over seeds (other keys pooled)",
-        )
-        if not numeric:
-            ax.set_xticks(xs, [str(v).rsplit(".", 1)[-1] for v in values])
-        elif len(values) > 2 and min(values) > 0 and max(values) / min(values) > 50:
-            ax.set_xscale("log")
-        ax.set_xlabel(key)
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        name = f"objective-{key.replace('/', '_')}.png"
-        fig.tight_layout()
-        fig.savefig(folder / name, dpi=100)
-        plt.close(fig)
-        written.append(name)
-    sparse = [p for p in points if p["sparsity"] is not None and p["mean"] is not None]
-    if metric == "test_acc" and any(p["sparsity"] > 0 for p in sparse):
-        sparse.sort(key=lambda p: p["sparsity"])
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.errorbar(
-            [p["sparsity"] for p in sparse],
-            [p["mean"] for p in sparse],
-            yerr=[p["std"] or 0 for p in sparse],
-            marker="o",
-            capsize=3,
-            label="pruned (mean ± std)",
-        )
-        dense = [p["mean"] for p in sparse if p["sparsity"] == 0]
-        if dense:
-            ax.axhline(statistics.fmean(dense), color="gray", linestyle="--", label="dense baseline")
-        ax.set_xlabel("sparsity (fraction of weights that are zero)")
-        ax.set_ylabel("test accuracy")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(folder / "accuracy-vs-sparsity.png", dpi=100)
-        plt.close(fig)
-        written.append("accuracy-vs-sparsity.png")
-    return written

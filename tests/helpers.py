@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import lightning as L
+import optuna
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
@@ -93,6 +94,16 @@ def descendants(pid: int) -> set[int]:
                 todo.append(child)
     return found
 
+
+def pruned_at_once(tmp_path: Path) -> Path:
+    """The one trial of sweep ``smoke`` under ``tmp_path/logs``: checks that the study and its ``trial.json`` say it
+    was pruned after epoch 0; returns its run folder."""
+    folder = tmp_path / "logs" / "smoke"
+    (trial,) = optuna.load_study(study_name="smoke", storage=f"sqlite:///{folder / 'study.db'}").get_trials()
+    assert trial.state == optuna.trial.TrialState.PRUNED and list(trial.intermediate_values) == [0]
+    run = folder / "version_0"
+    assert json.loads((run / "trial.json").read_text())["state"] == "pruned"
+    return run
 
 
 class Preempt(Callback):

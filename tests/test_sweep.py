@@ -15,10 +15,10 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from helpers import REPO
+from helpers import REPO, pruned_at_once
 from test_callbacks import tensorboard_hparams
 
-from project import summarize, sweep, sweep_file
+from project import summarize, sweep, sweep_file, sweep_report
 from project.errors import ConfigError
 
 SMOKE = REPO / "configs/sweeps/smoke.yaml"
@@ -75,6 +75,34 @@ def test_a_bad_sweep_file_is_one_error_line_and_writes_nothing(change, message, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.yaml"]
 
 
+@pytest.mark.parametrize(
+    ("change", "key", "allowed"),
+    [
+        ({"heartbeat_s": "fast"}, "heartbeat_s", "is not a number > 0"),
+        ({"max_retry": -1}, "max_retry", "is not an integer >= 0"),
+        ({"sampler_seed": "x"}, "sampler_seed", "is not an integer"),
+        ({"n_trials": 0}, "n_trials", "is not an integer > 0"),
+        ({"seeds": [1, "two"]}, "seeds", "distinct integers"),
+        ({"sampler": "tpee"}, "sampler", "is not one of grid, random, tpe"),
+        ({"objective": {"metric": "test_acc", "goal": "max"}}, "objective", "unknown key 'goal'; objective takes"),
+        ({"base": {"args": "--trainer.max_epochs 2"}}, "base.args", "is not a list of fit arguments"),
+        ({"space": {"model.optimizer.init_args.lr": {"int": [1, 4], "step": 0}}}, "space.model.optimizer.init_args.lr",
+         "int needs [low, high] integers"),
+        ({"space": {"model.optimizer.init_args.lr": {"float": [0.5, 0.1]}, "model.optimizer.init_args.momentum": [0]},
+          "sampler": "random", "n_trials": 2}, "space.model.optimizer.init_args.lr", "low < high"),
+    ],
+)  # fmt: skip
+def test_sweep_file_errors_name_the_file_the_key_and_what_it_takes(change, key, allowed, tmp_path, monkeypatch, capsys):
+    """Typed sections parsed by jsonargparse: a wrong type or a value out of range is one line with the file and the
+    key (a string where a number belongs was a traceback; the sampler or a range had no file)."""
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path, **change)
+    assert sweep.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: {key}: ") and allowed in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.yaml"]
+
+
 def test_report_of_a_sweep_not_run_yet_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert sweep.main(["--config", str(SMOKE), "--report"]) == 2
@@ -110,6 +138,40 @@ def test_grid_points_repeat_each_point_per_seed():
     assert spec.total() == 4 and sweep_file.load_sweep(path, n_trials=2).total() == 2
     for name in ("pruning", "lr"):
         sweep_file.load_sweep(REPO / f"configs/sweeps/{name}.yaml")  # the shipped sweeps parse
+
+
+def test_report_groups_completed_trials_and_plots_with_summarize(tmp_path):
+    """The report is summarize's tables and plots over the trials: points from completed trials only (a pruned
+    trial's better value stays out), mean ± std over seeds, the objective against each swept key and, as the runs
+    pruned weights, against sparsity, whatever the objective."""
+    spec = sweep_file.load_sweep(write_sweep(tmp_path))  # smoke: lr in {0.01, 0.05} x seeds {1, 2}, best_val_acc
+    folder = tmp_path / "logs" / "smoke"
+    study = optuna.create_study(direction="maximize")
+    lr = optuna.distributions.CategoricalDistribution([0.01, 0.05])
+    seed = optuna.distributions.CategoricalDistribution([1, 2])
+    trials = [(0.01, 1, 0.2, "COMPLETE"), (0.05, 1, 0.4, "COMPLETE"), (0.01, 2, 0.3, "COMPLETE"),
+              (0.05, 2, 0.2, "COMPLETE"), (0.01, 2, 0.9, "PRUNED")]  # fmt: skip
+    for i, (rate, s, value, state) in enumerate(trials):
+        run = folder / f"version_{i}"
+        run.mkdir(parents=True)
+        (run / "results.json").write_text(json.dumps({"best_val_acc": value, "sparsity": 0.5, "epochs": 2, "seed": s}))
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState[state], value=value if state == "COMPLETE" else None,
+            params={"model.optimizer.init_args.lr": rate, "seed": s}, distributions={"model.optimizer.init_args.lr": lr,
+            "seed": seed}, user_attrs={"run": str(run)}))  # fmt: skip
+    out = sweep_report.report(study, spec, folder)
+    points = {p["params"]["model.optimizer.init_args.lr"]: p for p in out["points"]}
+    assert {k: (p["n"], p["seeds"], round(p["mean"], 6)) for k, p in points.items()} == {
+        0.01: (2, [1, 2], 0.25), 0.05: (2, [1, 2], 0.3)}  # fmt: skip
+    assert points[0.05]["std"] == pytest.approx(0.1414213, abs=1e-6) and points[0.01]["sparsity"] == 0.5
+    assert out["best"]["params"] == {"model.optimizer.init_args.lr": 0.05}
+    assert len(out["trials"]) == 5 and out["trials"][4]["state"] == "pruned"
+    text = (folder / "report.md").read_text()
+    assert "Best point: model.optimizer.init_args.lr=0.0500: best_val_acc 0.3000 ± 0.1414 over 2 seed(s)" in text
+    assert "| smoke/version_4 | - | trial 4: pruned | 2 | 0.9000 |" in text  # listed, not grouped
+    assert out["plots"] == ["val_acc.png", "objective-model.optimizer.init_args.lr.png", "objective-sparsity.png"]
+    assert all((folder / name).stat().st_size > 0 for name in out["plots"])
+    assert json.loads((folder / "report.json").read_text())["best"] == out["best"]
 
 
 @pytest.mark.slow
@@ -196,11 +258,7 @@ def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp
                       pruner={"threshold": {"lower": 2.0}})  # fmt: skip  (val/acc < 2: prune at once)
     proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = tmp_path / "logs" / "smoke"
-    (trial,) = study_of("smoke", f"sqlite:///{folder / 'study.db'}").get_trials()
-    assert trial.state == optuna.trial.TrialState.PRUNED and list(trial.intermediate_values) == [0]
-    run = folder / "version_0"
-    assert json.loads((run / "trial.json").read_text())["state"] == "pruned"
+    run = pruned_at_once(tmp_path)
     assert json.loads((run / "pruned.json").read_text())["epoch"] == 0
     assert json.loads((run / "results.json").read_text())["epochs"] == 1  # stopped after the first epoch
     hparams = tensorboard_hparams(run)  # HPARAMS compares trials by what the sweep varied

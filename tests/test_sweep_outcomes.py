@@ -11,7 +11,7 @@ import sys
 
 import optuna
 import pytest
-from helpers import REPO
+from helpers import REPO, pruned_at_once
 from test_sweep import run_sweep, study_of, write_sweep
 
 from project import sweep
@@ -61,11 +61,7 @@ def test_a_ddp_trial_is_pruned_on_every_rank(fashion_data, tmp_path):
             "--trainer.devices", "2", "--trainer.accelerator", "cpu"]  # fmt: skip
     proc = run_sweep(args, tmp_path, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = tmp_path / "logs" / "smoke"
-    (trial,) = study_of("smoke", f"sqlite:///{folder / 'study.db'}").get_trials()
-    assert trial.state == optuna.trial.TrialState.PRUNED and list(trial.intermediate_values) == [0]
-    run = folder / "version_0"
-    assert json.loads((run / "trial.json").read_text())["state"] == "pruned"
+    run = pruned_at_once(tmp_path)
     results = json.loads((run / "results.json").read_text())
     assert results["world_size"] == 2 and results["epochs"] == 1  # both ranks stopped after epoch 0, then tested
     assert 0.0 <= results["test_acc"] <= 1.0

@@ -1,0 +1,242 @@
+"""One sweep trial: a ``python -m project.fit`` run in its run folder, and how it ends.
+
+* :func:`run_trial` (the study's objective) writes the trial's config and ``trial.json``, runs fit
+  (:func:`run_fit`: warm from the worker's :mod:`project.trial_server`, else a subprocess), resumes it from
+  ``last.ckpt`` after a retry or a signal, and turns the run into the trial's outcome: complete (the objective from
+  ``results.json``), pruned, or failed with one line (:class:`TrialFailed`).
+* :class:`ReportToStudy`, the callback every trial's fit runs with: reports each epoch to the trial and stops the
+  run when the study's pruner says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import optuna
+import yaml
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+from project import runs, trial_server
+from project.sweep_config import trial_config
+from project.sweep_file import Sweep, make_pruner
+from project.sweep_storage import open_storage, scrubbed, stable
+
+TRIAL_FILE = "trial.json"
+TRIAL_CONFIG = "sweep-trial.yaml"
+FIT_LOG = "sweep-fit.log"
+PRUNED_FILE = "pruned.json"
+ENV_STORAGE, ENV_STUDY, ENV_TRIAL = "PROJECT_SWEEP_STORAGE", "PROJECT_SWEEP_STUDY", "PROJECT_SWEEP_TRIAL"
+ENV_PRUNER = "PROJECT_SWEEP_PRUNER"  # the sweep file's pruner as JSON: Optuna keeps no pruner in the storage
+
+
+class ReportToStudy(L.Callback):
+    """Report ``val/acc`` (``val/loss`` when the objective is minimized) to the sweep's trial each epoch and
+    stop the run when Optuna's pruner says so (writing ``pruned.json`` into the run folder).
+
+    Inert outside a sweep: it acts only when ``python -m project.sweep`` sets ``PROJECT_SWEEP_STORAGE``,
+    ``PROJECT_SWEEP_STUDY``, ``PROJECT_SWEEP_TRIAL`` and ``PROJECT_SWEEP_PRUNER`` in the trial's environment, so
+    rebuilding a trial's run (evaluate, predict, a resume by hand) never touches the study. What
+    optuna-integration's ``PyTorchLightningPruningCallback`` does, except that the run finishes cleanly (tested,
+    results written)
+    instead of raising out of ``fit``.
+    """
+
+    def __init__(self) -> None:
+        self.trial: optuna.Trial | None = None
+        self.active = False  # in a sweep (every rank)
+        self.run: Path | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Every rank of a DDP trial knows it is in a sweep (the environment is the same); only rank 0 talks to
+        # the study, and its decision is broadcast so that all ranks stop after the same epoch.
+        self.active = stage == "fit" and bool(os.environ.get(ENV_STORAGE))
+        if not self.active or not trainer.is_global_zero:
+            return
+        pruner = make_pruner(json.loads(os.environ.get(ENV_PRUNER) or "{}"))
+        storage = open_storage(os.environ[ENV_STORAGE])
+        study = optuna.load_study(study_name=os.environ[ENV_STUDY], storage=storage, pruner=pruner)
+        study_id = storage.get_study_id_from_name(os.environ[ENV_STUDY])
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(os.environ[ENV_TRIAL]))
+        self.trial = optuna.Trial(study, trial_id)
+        self.monitor = "val/acc" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "val/loss"
+        # The logger's own folder, not trainer.log_dir: under DDP that is a collective (a broadcast) and this is
+        # rank 0 only.
+        self.run = Path(trainer.logger.log_dir) if trainer.logger is not None and trainer.logger.log_dir else None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.active or trainer.sanity_checking:
+            return
+        prune = False
+        if self.trial is not None and self.monitor in trainer.callback_metrics:  # rank 0
+            value, epoch = float(trainer.callback_metrics[self.monitor]), trainer.current_epoch
+            self.trial.report(value, step=epoch)
+            prune = self.trial.should_prune()
+            if prune:
+                record = {"trial": self.trial.number, "epoch": epoch, self.monitor: value}
+                if self.run is not None:
+                    runs.write_json(self.run / PRUNED_FILE, record)
+                print(f"trial {self.trial.number} pruned after epoch {epoch} ({self.monitor} {value:.4f})", flush=True)
+        # All ranks reach this point together; one rank stopping alone would leave the others waiting for it.
+        if trainer.strategy.broadcast(prune, src=0):
+            trainer.should_stop = True
+
+
+class Surplus(Exception):
+    """A grid trial that found the queue empty (another worker took the last point): it runs nothing."""
+
+
+class TrialFailed(Exception):
+    """The trial's fit exited with an error (recorded in ``trial.json``); the sweep goes on."""
+
+
+@dataclass
+class Context:
+    sweep: Sweep
+    base: dict[str, Any]
+    storage_url: str
+    folder: Path
+    extra: list[str]
+    server: trial_server.TrialServer | None = None  # warm trial processes (None: subprocesses)
+
+
+def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
+    """The objective: one ``python -m project.fit`` process (:func:`run_fit`) in the trial's run folder.
+
+    A retried trial (its worker died) continues the first try's run folder from its ``last.ckpt``. A fit
+    killed by a signal while this worker lives is resumed the same way, up to ``max_retry`` times.
+
+    Raises:
+        Surplus: a grid trial that did not come from the queue (nothing is run).
+        optuna.TrialPruned: the pruner stopped the run.
+        TrialFailed: fit exited with an error, or its ``results.json`` holds no finite objective value.
+    """
+    sweep = ctx.sweep
+    # Optuna 5's Trial no longer shows system attrs: the frozen trial, through the study's public API
+    frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+    system = frozen.system_attrs
+    if sweep.sampler == "grid" and "fixed_params" not in system:
+        trial.set_user_attr("surplus", True)
+        raise Surplus(f"trial {trial.number}: every grid point is taken; nothing to run")
+    params = {p.key: p.suggest(trial) for p in sweep.space}
+    seed = trial.suggest_categorical("seed", sweep.seeds)
+    with stable():
+        first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
+    if sweep.sampler != "grid" and "fixed_params" not in system and first is None:
+        for other in sweep.seeds:
+            if other != seed:  # the point's other seeds, queued for any worker
+                study.enqueue_trial({**params, "seed": other})
+    number = first if first is not None else trial.number
+    run = ctx.folder / f"version_{number}"
+    trial.set_user_attr("run", str(run))
+    info = _read_trial(run) if first is not None else {}
+    ckpt = run / "checkpoints" / "last.ckpt"
+    if first is not None and not ckpt.is_file() and run.exists():
+        import shutil
+
+        shutil.rmtree(run)  # the dead try left no checkpoint: start the point afresh
+    run.mkdir(parents=True, exist_ok=True)
+    (run / PRUNED_FILE).unlink(missing_ok=True)
+    config = trial_config(ctx.base, params, seed, str(ctx.folder.parent), sweep.name, number)
+    runs.write_text(run / TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
+    info.update(
+        sweep=sweep.name,
+        study=sweep.name,
+        run=number,
+        params=params,
+        seed=seed,
+        state="running",
+        objective={"metric": sweep.metric, "direction": sweep.direction},
+    )
+    info["trials"] = [*info.get("trials", []), trial.number]
+    runs.write_json(run / TRIAL_FILE, info)
+    env = {
+        **os.environ,
+        ENV_STORAGE: ctx.storage_url,
+        ENV_STUDY: sweep.name,
+        ENV_TRIAL: str(trial.number),
+        ENV_PRUNER: json.dumps(sweep.pruner),
+        "PYTHONUNBUFFERED": "1",
+    }
+    info["worker"] = f"{socket.gethostname()}:{os.getpid()}"
+    trial.set_user_attr("worker", info["worker"])
+    for _ in range(sweep.max_retry + 1):
+        resume = ["--ckpt_path", str(ckpt)] if ckpt.is_file() else []
+        info["resumed"] = info.get("resumed", False) or bool(resume)
+        note = " (resumed from last.ckpt)" if resume else ""
+        print(f"trial {trial.number}: {run} {json.dumps(params)} seed {seed}{note}", flush=True)
+
+        def started(pid: int) -> None:
+            info["pid"] = pid
+            runs.write_json(run / TRIAL_FILE, info)
+
+        returncode = run_fit(ctx.server, ["--config", str(run / TRIAL_CONFIG), *resume], env, run / FIT_LOG, started)
+        if returncode >= 0:
+            break  # else a signal killed fit while this worker lives: resume it here
+    if returncode != 0:
+        error = scrubbed(_last_error(run / FIT_LOG), ctx.storage_url)
+        info.update(state="failed", error=error)
+        runs.write_json(run / TRIAL_FILE, info)
+        raise TrialFailed(f"trial {trial.number}: fit exited with {returncode}: {error}")
+    results = runs.read_results(run)
+    value = results.get(sweep.metric)
+    finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    pruned = _read_json(run / PRUNED_FILE)
+    if pruned.get("trial") == trial.number:
+        info.update(state="pruned", pruned=pruned, value=float(value) if finite else None)
+        runs.write_json(run / TRIAL_FILE, info)
+        raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned['epoch']}")
+    if not finite:
+        error = (f"objective {sweep.metric} is {json.dumps(value)} in {run / runs.RESULTS}, not a finite number "
+                 "(see objective.metric in the sweep file)")  # fmt: skip
+        info.update(state="failed", error=error)
+        runs.write_json(run / TRIAL_FILE, info)
+        raise TrialFailed(f"trial {trial.number}: {error}")
+    value = float(value)
+    info.update(state="complete", value=value)
+    runs.write_json(run / TRIAL_FILE, info)
+    print(f"trial {trial.number}: {sweep.metric} {value:.4f}", flush=True)
+    return value
+
+
+def run_fit(
+    server: trial_server.TrialServer | None, args: list[str], env: dict[str, str], log: Path, started: Any
+) -> int:
+    """``python -m project.fit ARGS`` with ``env``, output appended to ``log``: in a warm child of the worker's
+    trial server (:mod:`project.trial_server`), else as a subprocess. Returns the exit status (negative: the
+    signal that killed it); ``started(pid)`` is called once fit runs."""
+    if server is not None and server.alive:
+        return server.run(args, env, log, started)
+    from project.data.workers import die_with_parent
+
+    with open(log, "a") as out:
+        command = [sys.executable, "-m", "project.fit", *args]
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        started(proc.pid)
+        return proc.wait()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_trial(run: Path) -> dict[str, Any]:
+    return _read_json(run / TRIAL_FILE)
+
+
+def _last_error(log: Path) -> str:
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    errors = [line for line in lines if line.startswith("error:")] or [line for line in lines if line.strip()]
+    return errors[-1].strip() if errors else "no output"
