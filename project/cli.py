@@ -509,6 +509,24 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
+# The loggers of the banner Lightning prints while it sets up a run ("Seed set to 42", "GPU available: ...",
+# "TPU available: ...", "Using bfloat16 Automatic Mixed Precision (AMP)", "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES",
+# "💡 Tip: ..."): all are INFO records of these two hierarchies; Lightning's warnings go through `warnings`.
+BANNER_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+
+
+def quiet_library_banners() -> None:
+    """Lightning's set-up banner off for a command that only reads a run (evaluate, predict, export).
+
+    Raises the level of :data:`BANNER_LOGGERS` to WARNING, for the rest of the process: the banner comes again
+    when such a command calls ``Trainer.test``/``predict``, after the run is rebuilt. Lightning's warnings and
+    errors, the command's own result line and its ``error:`` lines are untouched. ``fit`` keeps the banner: it
+    says which device and precision the run trains on.
+    """
+    for name in BANNER_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def cli_for_run(run: Any, overrides: list[str], prog: str) -> ProjectCLI:
     """The run's own experiment, rebuilt from its latest config (``config.yaml`` or the newest resume's).
 
@@ -524,4 +542,5 @@ def cli_for_run(run: Any, overrides: list[str], prog: str) -> ProjectCLI:
     args = ["--config", str(runs.latest_config(run)), "--trainer.logger", "false", "--ckpt_path", "null",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             *overrides]  # fmt: skip
+    quiet_library_banners()
     return ProjectCLI(args, prog=prog)
