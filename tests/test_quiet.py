@@ -3,8 +3,12 @@ and exporter chatter; a run's event files hold one graph; summarize's labels are
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import run_dirs, run_main, tiny_args
@@ -84,3 +88,50 @@ def test_export_restores_the_exporters_log_levels(monkeypatch):
     finally:
         logging.getLogger("onnx_ir").setLevel(logging.NOTSET)
 
+
+def graph_events(run: Path) -> dict[str, int]:
+    """``{event file (relative to run): number of graph events}`` for every event file under ``run``."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    return {
+        str(f.relative_to(run)): sum(e.HasField("graph_def") for e in EventFileLoader(str(f)).Load())
+        for f in sorted(run.rglob("events.out.tfevents.*"))
+    }
+
+
+def tensorboard_warnings(logdir: Path, caplog) -> list[str]:
+    """What TensorBoard's own reader (an ``EventMultiplexer`` over ``logdir``, as ``tensorboard --logdir`` and
+    ``summarize`` load runs) warns about while it loads every run there."""
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        mux = EventMultiplexer().AddRunsFromDirectory(str(logdir))
+        mux.Reload()
+    assert mux.Runs()  # it found the runs
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_warnings(fitted, tmp_path, caplog,
+                                                                                        monkeypatch):  # fmt: skip
+    from project import data
+
+    graphs = graph_events(fitted["run"])
+    assert sum(graphs.values()) == 1, graphs  # fit and test are two stages (two event files), one graph
+    assert len(graphs) <= 3 and len([f for f in graphs if f.startswith("hparams/")]) == 1  # fit, test; HPARAMS
+    assert tensorboard_warnings(fitted["run"].parent, caplog) == []
+    # a resume adds the stages it runs, and no second graph (a copy of the run: the module's run stays as it is)
+    run = tmp_path / "logs" / "tiny" / "version_0"
+    shutil.copytree(fitted["run"], run)
+    raw = fitted["raw"]
+    monkeypatch.setitem(data.RAW_MD5, "MNIST", {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()})
+    monkeypatch.setitem(data.archives.RAW_SIZES, "MNIST", {p.name: p.stat().st_size for p in raw.iterdir()})
+    monkeypatch.chdir(tmp_path)
+    config = (run / "config.yaml").read_text()
+    assert str(fitted["run"].parent.parent) in config  # the copy's own folder is given below
+    args = ["--config", str(run / "config.yaml"), "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"),
+            "--trainer.max_epochs", "3", "--ckpt_path", str(run)]  # fmt: skip
+    assert run_main(args) == 0
+    graphs = graph_events(run)
+    assert len(graphs) > len(graph_events(fitted["run"])) and sum(graphs.values()) == 1, graphs
+    assert tensorboard_warnings(run.parent, caplog) == []
