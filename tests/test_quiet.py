@@ -4,6 +4,7 @@ and exporter chatter; a run's event files hold one graph; summarize's labels are
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import subprocess
@@ -135,3 +136,96 @@ def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_
     graphs = graph_events(run)
     assert len(graphs) > len(graph_events(fitted["run"])) and sum(graphs.values()) == 1, graphs
     assert tensorboard_warnings(run.parent, caplog) == []
+
+
+def fake_run(folder: Path, i: int, experiment: str = "exp") -> None:
+    """A finished run folder as ``fit`` leaves it for ``summarize`` (``config.yaml``, ``results.json``,
+    ``metrics.csv``), whose config differs from run ``i + 1``'s in a dozen keys, several of them long."""
+    run = folder / experiment / f"version_{i}"
+    run.mkdir(parents=True)
+    config = {
+        "seed_everything": 1,
+        "model": {"net": ["lenet", "simple_cnn"][i % 2], "widths": [8 * (i + 1), 16, 32, 64],
+                  "optimizer": {"class_path": ["torch.optim.SGD", "torch.optim.AdamW"][i % 2],
+                                "init_args": {"lr": 0.001 * (i + 1), "weight_decay": 1e-4 * (i % 3)}},
+                  "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.OneCycleLR",
+                                   "init_args": {"max_lr": 0.01 * (i + 1), "pct_start": 0.1 + 0.01 * i}}},
+        "data": {"class_path": "project.data.FashionMNISTDataModule",
+                 "init_args": {"batch_size": 32 + i, "val_size": 5000 + i, "data_dir": f"/data/{i}"}},
+        "trainer": {"max_epochs": 2 + i % 4, "precision": ["32-true", "bf16-mixed"][i % 2],
+                    "callbacks": [{"class_path": "project.callbacks.Pruning",
+                                   "init_args": {"amount": 0.05 * i, "method": f"l1_unstructured_variant_{i}",
+                                                 "start_epoch": i % 3, "parameter_names": [f"layer{i}.weight"]}}]},
+    }  # fmt: skip
+    import yaml
+
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    results = {"test_acc": 0.5 + i / 100, "best_val_acc": 0.5, "seed": 1, "epochs": 2, "sparsity": 0.0}
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "metrics.csv").write_text("epoch,step,val/acc\n0,10,0.5\n1,20,0.6\n")
+
+
+@pytest.mark.parametrize("groups", [4, 25])
+def test_summarize_labels_are_short_and_the_legend_sits_outside_the_plot(groups, tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from project import summarize
+
+    for i in range(groups):
+        fake_run(tmp_path / "logs", i)
+    figures = {}
+    savefig = Figure.savefig
+
+    def keep(fig, path, *args, **kwargs):
+        figures[Path(path).name] = fig
+        return savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    assert summarize.main([str(tmp_path / "logs"), "--out", str(tmp_path / "s")]) == 0
+    stats = json.loads((tmp_path / "s" / "summary.json").read_text())["groups"]
+    assert len(stats) == groups
+    longest = max(stats, key=len)
+    assert len(longest) > 300  # the full label: every key that differs, written out
+    for name in ("summary.md", "summary.csv"):  # the full labels stay in the tables
+        assert all(label in (tmp_path / "s" / name).read_text() for label in stats), name
+    fig = figures["val_acc.png"]
+    (ax,) = fig.axes
+    legend = fig.legends[0] if fig.legends else ax.get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert len(texts) == min(groups, summarize.LEGEND_ENTRIES + 1)
+    assert all(len(t) <= summarize.LABEL_CHARS + len(" (n=1)") for t in texts), max(texts, key=len)
+    # keys by their short names, in the config's order; values abbreviated; the ones that do not fit counted
+    assert texts[0] == "batch_size=32, val_size=5000, max_lr=0.0100, +12 more (n=1)" and len(set(texts)) == len(texts)
+    if groups > summarize.LEGEND_ENTRIES:
+        assert texts[-1] == f"... {groups - summarize.LEGEND_ENTRIES} more groups (summary.md)"
+    canvas = FigureCanvasAgg(fig)  # the figure as saved (pyplot detached it from its canvas when closing it)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box, axes_box, fig_box = legend.get_window_extent(renderer), ax.get_window_extent(renderer), fig.bbox
+    assert not box.overlaps(axes_box), (box, axes_box)  # the legend covers no part of the plot
+    assert fig_box.x0 <= box.x0 and box.x1 <= fig_box.x1 and fig_box.y0 <= box.y0 and box.y1 <= fig_box.y1
+    assert axes_box.height > 0.5 * fig_box.height  # the plot keeps most of the figure
+
+
+def test_short_labels_name_only_what_differs_and_stay_within_the_limit():
+    from project import summarize
+
+    def group(**config):
+        return [summarize.Run(Path("x/version_0"), "exp", {}, config)]
+
+    long = "a" * 200
+    groups = {"one": group(**{"model.optimizer": "torch.optim.SGD", "model.optimizer.lr": 0.01, "data.batch_size": 50,
+                              "trainer.callbacks.Pruning.method": long}),
+              "two": group(**{"model.optimizer": "torch.optim.AdamW", "model.optimizer.lr": 0.01, "data.batch_size": 64,
+                              "trainer.callbacks.Pruning.method": long + "b"})}  # fmt: skip
+    short = summarize.short_labels(groups)
+    assert short["one"] == "batch_size=50, optimizer=SGD, method=aaaaaaaaaaaaaaaaaaa…"
+    assert short["two"] == "batch_size=64, optimizer=AdamW, method=aaaaaaaaaaaaaaaaaaa…"
+    cut = summarize.short_labels(groups, limit=30)
+    assert cut == {"one": "batch_size=50, +2 more", "two": "batch_size=64, +2 more"}
+    assert summarize.short_labels({"one": groups["one"]}) == {"one": "exp"}  # nothing differs: the experiment
+    assert summarize.short_labels(groups, by=["lr", "batch_size"]) == {"one": "batch_size=50", "two": "batch_size=64"}
