@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 import re
 import statistics
@@ -317,11 +318,18 @@ def val_curves(run: Path, tag: str = "val/acc") -> tuple[list[int], list[float]]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    # TensorBoard's reader warns about what a curve does not use: a run written before the graph was logged once
+    # per run holds two graphs ("Found more than one graph event per run"); its warnings are off for this read
+    reader_log = logging.getLogger("tensorboard")
+    level = reader_log.level
+    reader_log.setLevel(logging.ERROR)
     try:
         acc.Reload()
         events = acc.Scalars(tag)
     except (KeyError, OSError, ValueError):
         return [], []
+    finally:
+        reader_log.setLevel(level)
     return [e.step for e in events], [e.value for e in events]
 
 

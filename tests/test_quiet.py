@@ -138,6 +138,42 @@ def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_
     assert tensorboard_warnings(run.parent, caplog) == []
 
 
+def test_summarize_reads_a_run_written_with_two_graphs_without_warnings(fitted, tmp_path, caplog):
+    """A run from before the graph was written once (two graph events, as every run had) and before metrics.csv:
+    summarize reads its validation curve from the event files, and says nothing about the graphs."""
+    from project import summarize
+
+    old = tmp_path / "old" / "version_0"
+    shutil.copytree(fitted["run"], old, ignore=shutil.ignore_patterns("metrics*.csv", "hparams"))
+    (first, *_) = sorted(old.glob("events.out.tfevents.*"))
+    shutil.copy(first, old / f"{first.name}.again")  # a second stream holding the graph again
+    assert sum(graph_events(old).values()) == 2
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        steps, values = summarize.val_curves(old)
+    assert len(steps) == 4 and len(values) == 4  # 2 epochs, each stream once
+    assert [r.getMessage() for r in caplog.records] == []
+    assert logging.getLogger("tensorboard").level == logging.NOTSET  # restored
+
+
+def test_the_banner_loggers_are_off_for_info_and_on_for_warnings():
+    """Every logger Lightning prints its set-up banner with, the CUDA one (``LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES``)
+    included, which a CPU machine never reaches."""
+    from project.cli import BANNER_LOGGERS, quiet_library_banners
+
+    emitters = ["lightning.fabric.utilities.seed", "lightning.pytorch.utilities.rank_zero",
+                "lightning.fabric.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
+                "lightning.pytorch.trainer.connectors.accelerator_connector"]  # fmt: skip
+    levels = {name: logging.getLogger(name).level for name in BANNER_LOGGERS}
+    try:
+        assert all(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
+        quiet_library_banners()
+        assert not any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
+        assert all(logging.getLogger(name).isEnabledFor(logging.WARNING) for name in emitters)
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
 def fake_run(folder: Path, i: int, experiment: str = "exp") -> None:
     """A finished run folder as ``fit`` leaves it for ``summarize`` (``config.yaml``, ``results.json``,
     ``metrics.csv``), whose config differs from run ``i + 1``'s in a dozen keys, several of them long."""
