@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_dirs, run_main, tiny_args
+from PIL import Image
 
 # A command run as `python -m project.<command>`, with the tiny data set's extracted files standing for MNIST's
 # published ones (the tests' data is not MNIST: its md5 and size tables are patched, here in the child process).
@@ -32,7 +33,8 @@ BANNERS = ("GPU available", "TPU available", "HPU available", "Seed set", "Tip",
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory) -> dict:
-    """One finished 2-epoch tiny run, shared by this module: ``{"run": folder, "raw": its extracted data}``."""
+    """One finished 2-epoch tiny run, shared by this module (read it, don't change it): ``{"run": its folder,
+    "raw": its extracted data files, "root": the folder it was started in}``."""
     from conftest import make_tiny_mnist
 
     root = tmp_path_factory.mktemp("quiet")
@@ -54,8 +56,6 @@ def command(fitted: dict, *args: str) -> tuple[int, list[str]]:
 def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted):
     run, root = fitted["run"], fitted["root"]
     good, bad = root / "good.png", root / "bad.png"
-    from PIL import Image
-
     Image.new("L", (28, 28)).save(good)
     bad.write_bytes(b"not an image")
     cases = [  # the command, its exit status, the start of each line it prints (stdout's, then stderr's), no other
@@ -75,9 +75,7 @@ def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted)
         assert len(lines) == len(starts) and all(line.startswith(s) for line, s in zip(lines, starts)), (args, lines)
 
 
-def test_export_restores_the_exporters_log_levels(monkeypatch):
-    import logging
-
+def test_export_restores_the_exporters_log_levels():
     from project import export
 
     logging.getLogger("onnx_ir").setLevel(logging.DEBUG)
