@@ -27,9 +27,11 @@ from project import adapters, cluster, ddp  # noqa: F401  (ddp: every ddp* strat
 from project.callbacks import CudnnFlags, Pruning, RunCheckpoint, Throughput
 from project.data import VisionDataModule
 from project.entry import (  # noqa: F401  (the entry points' error handling, public here too)
+    BANNER_LOGGERS,
     SIGTERM_STATUS,
     exit_with,
     explain_parse_error,
+    quiet_library_banners,
     run_main,
     setup_logging,
 )
@@ -40,12 +42,13 @@ from project.report import EpochMetrics, TensorBoardLayout
 log = logging.getLogger("project")
 
 DEFAULT_LOGGER = {
-    "class_path": "project.report.RunTensorBoardLogger",
+    "class_path": "project.run_logger.RunTensorBoardLogger",
     "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False, "log_graph": True},
 }
 LIGHTNING_TENSORBOARD = (
     "lightning.pytorch.loggers.TensorBoardLogger",
     "lightning.pytorch.loggers.tensorboard.TensorBoardLogger",
+    "project.report.RunTensorBoardLogger",  # where runs before the report module's split name it
 )
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
 # The callbacks every run gets, each under its own key so that ``--print_config`` shows it and YAML or the command
@@ -55,7 +58,7 @@ RUN_CALLBACKS: dict[str, tuple[type, str]] = {
     "throughput": (Throughput, "project.callbacks.Throughput"),
     "lr_monitor": (LearningRateMonitor, "project.callbacks.StepLearningRateMonitor"),
     "tensorboard_layout": (TensorBoardLayout, "project.report.TensorBoardLayout"),
-    "metrics_csv": (EpochMetrics, "project.report.EpochMetrics"),
+    "metrics_csv": (EpochMetrics, "project.epoch_metrics.EpochMetrics"),
     "slurm_requeue": (cluster.SlurmRequeue, "project.cluster.SlurmRequeue"),
 }
 # Run callbacks that write through the logger: left out of a Trainer without one (evaluate, predict, export,

@@ -28,7 +28,7 @@ from typing import Any
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project import runs
-from project.cli import ProjectCLI, exit_with, run_main
+from project.cli import ProjectCLI, exit_with, quiet_library_banners, run_main
 from project.errors import ConfigError
 
 # The run's own settings that a rebuilt experiment must not take over: it writes no run folder and resumes nothing.
@@ -167,6 +167,7 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     Raises:
         ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
     """
+    quiet_library_banners()
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
     return ProjectCLI(["--config", str(runs.latest_config(run)), *REBUILD, *overrides, *args], prog=prog,

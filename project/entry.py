@@ -97,6 +97,24 @@ def setup_logging() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
 
 
+# The loggers of the banner Lightning prints while it sets up a run ("Seed set to 42", "GPU available: ...",
+# "TPU available: ...", "Using bfloat16 Automatic Mixed Precision (AMP)", "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES",
+# "💡 Tip: ..."): all are INFO records of these two hierarchies; Lightning's warnings go through `warnings`.
+BANNER_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+
+
+def quiet_library_banners() -> None:
+    """Lightning's set-up banner off for a command that only reads a run (evaluate, predict, export).
+
+    Raises the level of :data:`BANNER_LOGGERS` to WARNING, for the rest of the process: the banner comes again
+    when such a command calls ``Trainer.test``/``predict``, after the run is rebuilt. Lightning's warnings and
+    errors, the command's own result line and its ``error:`` lines are untouched. ``fit`` keeps the banner: it
+    says which device and precision the run trains on.
+    """
+    for name in BANNER_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 SIGTERM_STATUS = 128 + signal.SIGTERM  # 143
 
 

@@ -22,14 +22,16 @@ pruned (slimmed) run exports its smaller net, rebuilt from the widths in its che
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import logging
 import os
 import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +46,30 @@ from project.errors import ConfigError, UserError
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts.pt", "pt2": ".pt2"}
 LATENCY_BATCHES = (1, 256)
+# The exporters' own loggers: the ONNX exporter's graph passes (onnxscript's optimizer and rewriter, onnx_ir's
+# pass manager) say "No unused functions to remove", "Skipping constant folding for node ...", "Removed 7 unused
+# nodes" at INFO on every export, printed by the commands' root handler.
+EXPORTER_LOGGERS = ("onnxscript", "onnx_ir")
+ORT_ERRORS_ONLY = 3  # onnxruntime's log severity: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+
+
+@contextlib.contextmanager
+def quiet_exporters() -> Iterator[None]:
+    """For the exporter call only: :data:`EXPORTER_LOGGERS` at WARNING (their INFO chatter dropped, their warnings
+    kept) and the exporters' deprecation notices (``FutureWarning``, ``DeprecationWarning``: TorchScript's, the
+    traced module's) ignored; the levels and warning filters are restored afterwards."""
+    loggers = [logging.getLogger(name) for name in EXPORTER_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for lg in loggers:
+            lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
 
 
 def add_arguments(parser: LightningArgumentParser) -> None:
@@ -71,14 +97,15 @@ def export_file(model: torch.nn.Module, fmt: str, example: torch.Tensor, out: Pa
     """
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # TorchScript's deprecation notices
+        with quiet_exporters():
             if fmt == "onnx":
                 model.to_onnx(out, example, dynamo=True, dynamic_shapes={"x": {0: batch}}, external_data=False,
                               verbose=False)  # fmt: skip
                 import onnxruntime as ort
 
-                session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+                options = ort.SessionOptions()
+                options.log_severity_level = ORT_ERRORS_ONLY  # its graph-optimizer notes are not the user's business
+                session = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
                 name = session.get_inputs()[0].name
                 return lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0])
             if fmt == "torchscript":

@@ -1,26 +1,27 @@
-"""What a run reports: the ``results.json`` fields, the per-epoch ``metrics.csv``, the terminal summary, and
-TensorBoard: the custom-scalars layout, the HPARAMS entry, the test-set images (confusion matrix, misclassified
-images) and PR curves."""
+"""What a run reports when it ends: the ``results.json`` fields (:func:`build_results`), its HPARAMS row
+(:func:`log_hparams`) and the terminal summary (:func:`print_summary`); and TensorBoard's custom-scalars layout
+(:class:`TensorBoardLayout`), written when it starts.
+
+The rest of what a run reports lives in one module per job, re-exported here (configs and older runs'
+``config.yaml`` name ``project.report.<Class>``):
+
+* :mod:`project.run_logger` -- the TensorBoard logger (:class:`RunTensorBoardLogger`) and the run folder it
+  writes into (:func:`run_dir`, :func:`run_writer`);
+* :mod:`project.epoch_metrics` -- the per-epoch ``metrics.csv`` (:class:`EpochMetrics`);
+* :mod:`project.figures` -- the test-set images and PR curves (:func:`write_test_report`).
+"""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
-import re
 import statistics
-import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import TensorBoardLogger as _TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_only
 
-from project import runs
 from project.callbacks import CudnnFlags, ScheduledPruning, Throughput, nonzero_params
 from project.slim import count_params, macs_per_sample, weights_bytes
 
@@ -30,11 +31,17 @@ def callback(trainer: L.Trainer, cls: type) -> Any:
     return next((c for c in trainer.callbacks if isinstance(c, cls)), None)
 
 
-def run_dir(trainer: L.Trainer) -> Path | None:
-    """The run folder the trainer logs into, or ``None`` (no logger, or ``fast_dev_run``, which logs nothing)."""
-    if trainer.logger is None or trainer.fast_dev_run or trainer.log_dir is None:
-        return None
-    return Path(trainer.log_dir).resolve()
+# The jobs moved to their own modules, importable from here as before (configs and older runs' config.yaml name
+# project.report.RunTensorBoardLogger, project.report.TensorBoardLogger, project.report.EpochMetrics).
+from project.epoch_metrics import EpochMetrics  # noqa: E402,F401  (re-exported: project.report.EpochMetrics)
+from project.figures import confusion_figure, misclassified_figure, write_test_report  # noqa: E402,F401
+from project.run_logger import (  # noqa: E402,F401  (re-exported: project.report.RunTensorBoardLogger)
+    RunTensorBoardLogger,
+    TensorBoardLogger,
+    attached_trainer,
+    run_dir,
+    run_writer,
+)
 
 
 def _abs(path: str | None) -> str | None:
@@ -120,51 +127,6 @@ LAYOUT: dict[str, dict[str, list]] = {
 }
 
 
-class RunTensorBoardLogger(_TensorBoardLogger):
-    """Lightning's ``TensorBoardLogger`` (same arguments, same files), minus the ``epoch`` scalar Lightning adds
-    to every logging call: TensorBoard's TIME SERIES tab sorts tag groups by name and would open on that
-    staircase. The epoch is still in every checkpoint, ``results.json`` and the per-epoch tags' steps.
-
-    Named apart from Lightning's class so that the shorthand ``--trainer.logger TensorBoardLogger`` names one class
-    (jsonargparse refuses a short name two classes share); :class:`project.cli.ProjectCLI` runs a Lightning
-    ``TensorBoardLogger`` config as this class. ``project.report.TensorBoardLogger`` (older runs' ``config.yaml``)
-    is the same class.
-
-    Differences from Lightning's TensorBoardLogger, by Lightning's own tests (``scripts/upstream_tests.sh``):
-    none fail (18 pass; the parent fails ``test_tensorboard_log_graph`` on torch's ``torch.jit.trace``
-    FutureWarning, which :meth:`log_graph` filters). They do not assert the ``epoch`` scalar."""
-
-    @rank_zero_only
-    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        metrics = {k: v for k, v in metrics.items() if k != "epoch"}
-        if metrics:
-            super().log_metrics(metrics=metrics, step=step)
-
-    @rank_zero_only
-    def log_graph(self, model: Any, input_array: Any = None) -> None:
-        """Lightning's GRAPHS-tab graph, which TensorBoard's writer builds with ``torch.jit.trace``: torch >= 2.10
-        deprecates that (two FutureWarnings on every run) and offers no replacement the writer can use yet; the
-        trace also reads every property of every torchmetrics metric, deprecated ones included (one
-        DeprecationWarning each). Both are filtered here, around this call only. The example input is cast by the
-        Trainer's precision plugin, as every batch is (a ``*-true`` precision's net holds bf16, fp16 or fp64)."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings(
-                "ignore", message=r"`torch\.jit\.trace(_method)?` is deprecated", category=FutureWarning
-            )
-            warnings.filterwarnings(
-                "ignore", message=r"This property will be removed in 2\.0\.0", category=DeprecationWarning
-            )
-            if input_array is None:
-                input_array = getattr(model, "example_input_array", None)
-            trainer = getattr(model, "_trainer", None)
-            if input_array is not None and trainer is not None:
-                # the precision plugin's own input cast, as for a batch: a *-true run's net is bf16/fp16/fp64
-                input_array = trainer.precision_plugin.convert_input(input_array)
-            super().log_graph(model, input_array)
-
-
-TensorBoardLogger = RunTensorBoardLogger  # the class path older runs' config.yaml names
-
 # The HPARAMS tab's metric columns: results.json key -> scalar tag, written once into the run's `hparams` session.
 HP_METRICS = {
     "test_acc": "test/acc",
@@ -183,15 +145,6 @@ HP_METRICS = {
 HPARAMS_RUN = "hparams"
 
 
-def _writer(trainer: L.Trainer) -> Any:
-    """The TensorBoard ``SummaryWriter`` of rank 0's logger, or ``None``."""
-    # Not trainer.log_dir: under DDP that is a collective (a broadcast), and this runs on rank 0 only.
-    if not trainer.is_global_zero or trainer.logger is None or trainer.fast_dev_run:
-        return None
-    writer = getattr(trainer.logger, "experiment", None)
-    return writer if hasattr(writer, "add_custom_scalars") else None
-
-
 class TensorBoardLayout(Callback):
     """Writes TensorBoard's custom-scalars layout (:data:`LAYOUT`, plus the ``charts`` of the run's pruning
     callbacks) once per run folder, on rank 0.
@@ -201,7 +154,7 @@ class TensorBoardLayout(Callback):
     """
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        writer = _writer(trainer)
+        writer = run_writer(trainer)
         if writer is None or trainer.ckpt_path is not None:
             return
         layout = dict(LAYOUT)
@@ -209,71 +162,6 @@ class TensorBoardLayout(Callback):
             if isinstance(cb, ScheduledPruning):
                 layout |= cb.charts
         writer.add_custom_scalars(layout)
-
-
-def _number(value: Any) -> float | None:
-    """A scalar metric as a float; None for anything else (a vector, a string)."""
-    if isinstance(value, torch.Tensor):
-        return float(value) if value.numel() == 1 else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-class EpochMetrics(Callback):
-    """Writes the run's per-epoch record, ``metrics.csv`` (rank 0), one row per finished training epoch: ``epoch``,
-    ``step`` (the epoch's last optimizer step, counted from 0, where TensorBoard shows its values), then every
-    scalar Lightning holds at the end of that epoch (``trainer.callback_metrics``: ``train/acc``,
-    ``train/loss_epoch``, ``val/acc``, ``val/loss``, ``train/epoch_time_s``, ``sparsity/*``, ...; a per-step value
-    such as ``train/loss`` is the epoch's last).
-
-    The layout of Lightning's ``CSVLogger`` (``epoch``, ``step``, one column per metric, empty where a metric was
-    not logged), but one small file per run that ``summarize`` reads in a millisecond where TensorBoard's event
-    files took ~45 ms, and no second logger (which would change ``trainer.logger``, ``log_dir`` and where every
-    logging call goes). The row of an epoch is written when the next epoch starts or training ends (the module
-    logs its epoch-level training values after the callbacks' ``on_train_epoch_end``), through a temporary file
-    and a rename, so a killed run leaves every finished epoch but the one it was killed in. A resumed run keeps
-    the rows of the epochs its checkpoint has.
-    """
-
-    def __init__(self) -> None:
-        self.path: Path | None = None
-        self.rows: list[dict[str, float]] = []
-        self.pending: int | None = None
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # on_train_start, not on_fit_start: a resumed run's epoch counter is restored in between
-        run = run_dir(trainer)  # every rank: trainer.log_dir is a collective under DDP
-        self.path = run / runs.METRICS_CSV if run is not None and trainer.is_global_zero else None
-        self.pending = None
-        self.rows = [r for r in runs.read_epoch_metrics(run) if r["epoch"] < trainer.current_epoch] if self.path else []
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.pending = trainer.current_epoch
-
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._write(trainer)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._write(trainer)
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._write(trainer)
-
-    def _write(self, trainer: L.Trainer) -> None:
-        if self.path is None or self.pending is None:
-            return
-        # the step TensorBoard (and Lightning's CSVLogger) shows epoch-end values at: the epoch's last optimizer step
-        row: dict[str, float] = {"epoch": self.pending, "step": max(trainer.global_step - 1, 0)}
-        for key, value in sorted(trainer.callback_metrics.items()):
-            if key not in row and (number := _number(value)) is not None:
-                row[key] = number
-        self.rows.append(row)
-        self.pending = None
-        columns = list(dict.fromkeys(k for r in self.rows for k in r))
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(self.rows)
-        runs.write_text(self.path, out.getvalue())  # whole or not at all, never through a planted link
 
 
 def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[str, Any]:
@@ -334,7 +222,7 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from torch.utils.tensorboard import SummaryWriter
 
-    if _writer(trainer) is None or not results.get("log_dir"):
+    if run_writer(trainer) is None or not results.get("log_dir"):
         return
     # results["log_dir"], not trainer.log_dir: under DDP that is a collective, and this runs on rank 0 only
     folder = Path(results["log_dir"]) / HPARAMS_RUN
@@ -369,109 +257,6 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
         writer.file_writer.add_summary(summary(metadata.SESSION_END_INFO_TAG, session_end_info=end), step)
     finally:
         writer.close()
-
-
-def confusion_figure(confusion: torch.Tensor, labels: list[str] | None = None) -> Any:
-    """A matplotlib figure of a confusion matrix (rows: true class), readable at TensorBoard's card size.
-
-    Cells are shaded by the row-normalized rate (recall) and print the count; class names label both axes.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    counts = confusion.cpu().numpy()
-    rates = counts / counts.sum(1, keepdims=True).clip(min=1)
-    n = len(counts)
-    labels = labels or [str(i) for i in range(n)]
-    fig, ax = plt.subplots(figsize=(6, 6), dpi=100)
-    ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
-    for i in range(n):
-        for j in range(n):
-            ax.text(j, i, int(counts[i, j]), ha="center", va="center", fontsize=8,
-                    color="white" if rates[i, j] > 0.5 else "black")  # fmt: skip
-    ax.set_xticks(range(n), labels, rotation=45, ha="right", fontsize=9)
-    ax.set_yticks(range(n), labels, fontsize=9)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    acc = counts.trace() / max(counts.sum(), 1)
-    ax.set_title(f"test confusion matrix (acc {acc:.4f}, {int(counts.sum())} images)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def misclassified_figure(wrong: list, mean: tuple, std: tuple, labels: list[str]) -> Any:
-    """A 4-column grid of up to 16 misclassified test images, each titled ``true -> predicted`` in a font that
-    reads at TensorBoard's default card size.
-
-    Drawn as one image in one matplotlib axes (the titles are text in bands above each row): sixteen axes with
-    their own titles took about a second to lay out, at the end of every run.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n, cols = 16, 4
-    x = torch.cat([w[0] for w in wrong])[:n]
-    true = torch.cat([w[1] for w in wrong])[:n]
-    pred = torch.cat([w[2] for w in wrong])[:n]
-    x = x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)  # undo Normalize
-    x = x.clamp(0, 1)
-    count, channels, h, w = x.shape
-    rows = max(1, -(-count // cols))
-    pad = w // 8  # gap between columns (pixels)
-    scale = 1.6 / (w + pad)  # inches per pixel: each column 1.6 inches wide
-    band = math.ceil(0.5 / scale)  # a two-line title band of 0.5 inches above each image (pixels)
-    canvas = torch.ones(channels, rows * (band + h), cols * (w + pad))
-    for i in range(count):
-        r, c = divmod(i, cols)
-        top, left = r * (band + h) + band, c * (w + pad) + pad // 2
-        canvas[:, top : top + h, left : left + w] = x[i]
-    grid_h = rows * (band + h) * scale  # inches
-    fig = plt.figure(figsize=(cols * 1.6, grid_h + 0.6), dpi=100)
-    ax = fig.add_axes((0, 0, 1, grid_h / (grid_h + 0.6)))
-    ax.axis("off")
-    img = canvas.permute(1, 2, 0).numpy()
-    ax.imshow(img.squeeze(-1) if channels == 1 else img, cmap="gray" if channels == 1 else None, vmin=0, vmax=1,
-              aspect="auto", interpolation="nearest")  # fmt: skip
-    for i in range(count):
-        r, c = divmod(i, cols)
-        title = f"{labels[int(true[i])]}\n-> {labels[int(pred[i])]}"
-        ax.text(c * (w + pad) + (w + pad) / 2 - 0.5, r * (band + h) + band - 1.5, title,
-                ha="center", va="bottom", fontsize=11)  # fmt: skip
-    fig.suptitle("misclassified test images\n(true -> predicted)", fontsize=12, y=0.995, va="top")
-    return fig
-
-
-def write_test_report(trainer: L.Trainer, model: Any) -> None:
-    """After testing (rank 0): confusion matrix, misclassified images, per-class accuracy and PR curves.
-
-    Tags: images ``test/confusion_matrix``, ``test/misclassified``; scalars ``test/class_acc/<class>``;
-    PR curves ``test/pr/<class>``. Under DDP the images and PR curves cover rank 0's share of the test set,
-    the confusion matrix and per-class accuracy all of it.
-    """
-    writer = _writer(trainer)
-    if writer is None:
-        return
-    data, step = trainer.datamodule, trainer.global_step
-    labels = list(getattr(data, "classes", None) or range(len(model.test_confusion)))
-    labels = [str(x) for x in labels]
-    confusion = model.test_confusion
-    writer.add_figure("test/confusion_matrix", confusion_figure(confusion, labels), step)
-    rows = confusion.sum(1).clamp(min=1)
-    tags = [re.sub(r"[^A-Za-z0-9_.-]+", "_", name) for name in labels]  # "9 - nine" -> "9_-_nine"
-    for i, tag in enumerate(tags):
-        writer.add_scalar(f"test/class_acc/{tag}", float(confusion[i, i] / rows[i]), step)
-    out = model.test_outputs
-    if out["wrong"]:
-        writer.add_figure("test/misclassified", misclassified_figure(out["wrong"], data.mean, data.std, labels), step)
-    if out["probs"]:
-        probs, targets = torch.cat(out["probs"]), torch.cat(out["targets"])
-        for i, tag in enumerate(tags):
-            writer.add_pr_curve(f"test/pr/{tag}", targets == i, probs[:, i], step)
-    writer.flush()
 
 
 def _before_after(results: dict[str, Any], key: str) -> str:

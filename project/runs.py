@@ -208,11 +208,14 @@ def kind_of(config: Any) -> dict[str, Any]:
     """What overlays change about a run of one experiment folder: its callbacks (pruning, structured pruning,
     ...) by class. Overlays such as ``configs/pruning.yaml`` keep the experiment's folder name, so
     ``--ckpt_path last`` compares this to pick the command's own runs (a run with another net or data is still
-    picked, and refused by the resume checks with what differs)."""
+    picked, and refused by the resume checks with what differs). Classes are compared by name: a run saved before
+    a class moved to another module (``project.callbacks.Pruning`` -> ``project.callbacks.pruning.Pruning``) is
+    the same kind."""
     trainer = config.get("trainer") if isinstance(config, dict) else None
     callbacks = (trainer.get("callbacks") if isinstance(trainer, dict) else None) or []
     callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-    return {"callbacks": sorted(str(c.get("class_path")) if isinstance(c, dict) else str(c) for c in callbacks)}
+    paths = (str(c.get("class_path")) if isinstance(c, dict) else str(c) for c in callbacks)
+    return {"callbacks": sorted(path.rpartition(".")[2] for path in paths)}
 
 
 def _run_kind(run: Path) -> dict[str, Any] | None:

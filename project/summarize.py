@@ -15,7 +15,8 @@ any unambiguous ending of one works too (``lr``, ``amount``).
 
 Writes into ``--out`` (default: the first FOLDER): ``summary.md``, ``summary.csv`` (groups),
 ``summary-runs.csv``, ``summary.json``, and PNG plots: ``val_acc.png`` (validation accuracy against step
-from each run's ``metrics.csv``, or its TensorBoard event files when it has none, coloured by group) and
+from each run's ``metrics.csv``, or its TensorBoard event files when it has none, coloured by group; the legend,
+below the plot, names each group by the keys that tell the groups apart, in at most 60 characters) and
 ``test_acc_vs_<KEY>.png`` (test accuracy of every run and each group's mean ± std against ``--x KEY``, default
 the first ``--by`` key).
 Reads only ``results.json``, YAML configs (safe loader), ``metrics.csv`` and event files: nothing in a run
@@ -26,7 +27,9 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -46,6 +49,10 @@ IGNORED = ("seed_everything", "data.seed", "trainer.logger", "data.data_dir", "d
            "data.num_workers", "data.pin_memory", "data.persistent_workers", "ckpt_path", "trust_checkpoint",
            "trainer.enable_progress_bar", "trainer.enable_model_summary", "checkpoint.dirpath",
            "trainer.default_root_dir")  # fmt: skip
+LABEL_CHARS = 60  # a group's short label (plot legends): at most this many characters
+VALUE_CHARS = 20  # one value in a short label
+LEGEND_ENTRIES = 20  # groups named in a plot's legend; the others are counted in a last entry
+CLASS_PATH = re.compile(r"(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)")
 
 
 @dataclass
@@ -143,6 +150,73 @@ def group_runs(finished: list[Run], by: list[str] | None) -> dict[str, list[Run]
     return labelled
 
 
+def group_identity(members: list[Run], by: list[str] | None) -> dict[str, Any]:
+    """What a group's runs share and :func:`group_runs` grouped them by: the ``by`` keys' values, else the
+    experiment and the config minus :data:`IGNORED` keys."""
+    run = members[0]
+    if by:
+        return {k: run.value(k) for k in by}
+    return {"experiment": run.experiment} | {k: v for k, v in run.config.items() if not k.startswith(IGNORED)}
+
+
+def short_key(key: str, keys: set[str]) -> str:
+    """The shortest dotted ending of ``key`` that names no other of ``keys`` (``lr`` for ``model.optimizer.lr``),
+    as ``--by`` accepts it."""
+    parts = key.split(".")
+    for i in range(len(parts) - 1, -1, -1):
+        end = ".".join(parts[i:])
+        if sum(k == end or k.endswith("." + end) for k in keys) == 1:
+            return end
+    return key
+
+
+def abbreviate(value: Any, width: int = VALUE_CHARS) -> str:
+    """A value for a short label: a class path by its class name, a list item by item, cut to ``width``
+    characters (``…`` marks the cut)."""
+    if isinstance(value, list | tuple):
+        text = "[" + ",".join(abbreviate(v, width) for v in value) + "]"
+    elif isinstance(value, str) and (m := CLASS_PATH.fullmatch(value)):
+        text = m.group(1)
+    else:
+        text = fmt(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def fit_parts(parts: list[str], limit: int) -> str:
+    """``parts`` joined by ``", "``, as many as fit in ``limit`` characters, then ``+N more`` for the rest."""
+    for shown in range(len(parts), 0, -1):
+        more = f", +{len(parts) - shown} more" if shown < len(parts) else ""
+        text = ", ".join(parts[:shown])
+        if len(text) + len(more) <= limit:
+            return text + more
+    more = f", +{len(parts) - 1} more" if len(parts) > 1 else ""
+    return parts[0][: limit - len(more) - 1] + "…" + more
+
+
+def short_labels(groups: dict[str, list[Run]], by: list[str] | None = None, limit: int = LABEL_CHARS) -> dict[str, str]:
+    """``{label: short label}`` for plot legends: only the keys whose values differ between the groups, each named
+    by its shortest ending (:func:`short_key`) with its value abbreviated (:func:`abbreviate`); the experiment by
+    its name. At most ``limit`` characters: keys that do not fit are counted (``+3 more``); the full list is the
+    group's label in ``summary.md``/``summary.csv``. Groups whose short labels would be equal are numbered."""
+    ids = {label: group_identity(members, by) for label, members in groups.items()}
+    keys = {k for ident in ids.values() for k in ident}
+    differ = sorted(k for k in keys if len({repr(_hashable(i.get(k))) for i in ids.values()}) > 1)
+    differ.sort(key=lambda k: k != "experiment")  # the experiment first
+    out: dict[str, str] = {}
+    for label, ident in ids.items():
+        parts = [abbreviate(ident.get(k)) if k == "experiment" else f"{short_key(k, keys)}={abbreviate(ident.get(k))}"
+                 for k in differ] or [abbreviate(ident.get("experiment", label), limit)]  # fmt: skip
+        out[label] = fit_parts(parts, limit)
+    seen: dict[str, int] = {}
+    for text in out.values():
+        seen[text] = seen.get(text, 0) + 1
+    for n, (label, text) in enumerate(out.items(), 1):
+        if seen[text] > 1:
+            tag = f" #{n}"
+            out[label] = text[: limit - len(tag)] + tag
+    return out
+
+
 def _hashable(v: Any) -> Any:
     return tuple(map(_hashable, v)) if isinstance(v, list) else v
 
@@ -187,7 +261,8 @@ def summarize(
     completed trials only, not the pruned ones).
 
     Returns:
-        ``(markdown, {"groups": {label: stats}, "runs": [...]})``.
+        ``(markdown, {"groups": {label: stats}, "runs": [...]})``; a group's stats hold ``runs``, ``paths``,
+        ``{metric: {mean, std, n}}`` and ``short_label`` (:func:`short_labels`, the plots' name for it).
 
     Raises:
         ConfigError: a root does not exist or holds no run folder.
@@ -211,7 +286,10 @@ def summarize(
                          "seed": seed, **dict(zip(metrics, cells))})  # fmt: skip
     lines += ["", "| group | n | " + " | ".join(f"{m} (mean ± std)" for m in metrics) + " |",
               "|---|---:|" + "---:|" * len(metrics)]  # fmt: skip
-    group_stats = {label: stats_of(members, metrics) for label, members in groups.items()}
+    short = short_labels(groups, by)
+    group_stats = {
+        label: stats_of(members, metrics) | {"short_label": short[label]} for label, members in groups.items()
+    }
     for label, st in group_stats.items():
         cells = ["-" if st[m]["mean"] is None else f"{fmt(st[m]['mean'])} ± {fmt(st[m]['std'])}" for m in metrics]
         lines.append(f"| {label} | {st['runs']} | " + " | ".join(cells) + " |")
@@ -247,11 +325,18 @@ def val_curves(run: Path, tag: str = "val/acc") -> tuple[list[int], list[float]]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    # TensorBoard's reader warns about what a curve does not use: a run written before the graph was logged once
+    # per run holds two graphs ("Found more than one graph event per run"); its warnings are off for this read
+    reader_log = logging.getLogger("tensorboard")
+    level = reader_log.level
+    reader_log.setLevel(logging.ERROR)
     try:
         acc.Reload()
         events = acc.Scalars(tag)
     except (KeyError, OSError, ValueError):
         return [], []
+    finally:
+        reader_log.setLevel(level)
     return [e.step for e in events], [e.value for e in events]
 
 
@@ -269,11 +354,18 @@ def plot(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     written = []
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for i, (label, st) in enumerate(stats["groups"].items()):
+    groups = stats["groups"]
+    # the legend below the axes (constrained layout keeps it outside them), one or two columns; the figure grows
+    # with its rows, so the axes keep their size whatever the number of groups
+    named = min(len(groups), LEGEND_ENTRIES) + (len(groups) > LEGEND_ENTRIES)
+    ncols = 1 if named <= 6 else 2
+    rows = -(-named // ncols)
+    fig, ax = plt.subplots(figsize=(7 if ncols == 1 else 9, 4.2 + 0.2 * rows), dpi=120, layout="constrained")
+    for i, (label, st) in enumerate(groups.items()):
         # A group's runs as one line broken by NaN between runs: one artist per group, not per run (1,000 runs
         # drew in seconds, most of it matplotlib's bookkeeping per line)
         xs: list[float] = []
@@ -284,13 +376,17 @@ def plot(
                 xs += [*steps, math.nan]
                 ys += [*values, math.nan]
         if xs:
-            ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, lw=1.2, label=f"{label} (n={st['runs']})")
+            name = f"{st.get('short_label', label)} (n={st['runs']})" if i < LEGEND_ENTRIES else None
+            ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, lw=1.2, label=name)
     ax.set(xlabel="training step", ylabel="val/acc", title="Validation accuracy by group")
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    handles, labels = ax.get_legend_handles_labels()
+    if len(groups) > LEGEND_ENTRIES:
+        handles.append(Line2D([], [], linestyle="none"))
+        labels.append(f"... {len(groups) - LEGEND_ENTRIES} more groups (summary.md)")
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=7, frameon=False)
     written.append(out / "val_acc.png")
-    fig.tight_layout()
     fig.savefig(written[-1])
     plt.close(fig)
     x_keys = [x_key] if isinstance(x_key, str) else x_key or []
@@ -310,7 +406,7 @@ def plot(
         stds = [statistics.stdev(by_x[p]) if len(by_x[p]) > 1 else 0.0 for p in px]
         ax.errorbar(px, means, yerr=stds, color="black", capsize=3, lw=1.2, label="mean ± std")
         if not numeric:
-            ax.set_xticks(range(len(cats)), cats, rotation=20, fontsize=8)
+            ax.set_xticks(range(len(cats)), [abbreviate(c) for c in cats], rotation=20, fontsize=8)
         elif len(px) > 2 and min(px) > 0 and max(px) / min(px) > 50:
             ax.set_xscale("log")  # a learning rate swept over decades
         ax.set(xlabel=x_key, ylabel=y_key, title=f"{'Test accuracy' if y_key == 'test_acc' else y_key} against {x_key}")
