@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
-import logging
 import math
-import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -49,10 +47,7 @@ IGNORED = ("seed_everything", "data.seed", "trainer.logger", "data.data_dir", "d
            "data.num_workers", "data.pin_memory", "data.persistent_workers", "ckpt_path", "trust_checkpoint",
            "trainer.enable_progress_bar", "trainer.enable_model_summary", "checkpoint.dirpath",
            "trainer.default_root_dir")  # fmt: skip
-LABEL_CHARS = 60  # a group's short label (plot legends): at most this many characters
-VALUE_CHARS = 20  # one value in a short label
-LEGEND_ENTRIES = 20  # groups named in a plot's legend; the others are counted in a last entry
-CLASS_PATH = re.compile(r"(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)")
+
 
 
 @dataclass
@@ -159,64 +154,6 @@ def group_identity(members: list[Run], by: list[str] | None) -> dict[str, Any]:
     return {"experiment": run.experiment} | {k: v for k, v in run.config.items() if not k.startswith(IGNORED)}
 
 
-def short_key(key: str, keys: set[str]) -> str:
-    """The shortest dotted ending of ``key`` that names no other of ``keys`` (``lr`` for ``model.optimizer.lr``),
-    as ``--by`` accepts it."""
-    parts = key.split(".")
-    for i in range(len(parts) - 1, -1, -1):
-        end = ".".join(parts[i:])
-        if sum(k == end or k.endswith("." + end) for k in keys) == 1:
-            return end
-    return key
-
-
-def abbreviate(value: Any, width: int = VALUE_CHARS) -> str:
-    """A value for a short label: a class path by its class name, a list item by item, cut to ``width``
-    characters (``…`` marks the cut)."""
-    if isinstance(value, list | tuple):
-        text = "[" + ",".join(abbreviate(v, width) for v in value) + "]"
-    elif isinstance(value, str) and (m := CLASS_PATH.fullmatch(value)):
-        text = m.group(1)
-    else:
-        text = fmt(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def fit_parts(parts: list[str], limit: int) -> str:
-    """``parts`` joined by ``", "``, as many as fit in ``limit`` characters, then ``+N more`` for the rest."""
-    for shown in range(len(parts), 0, -1):
-        more = f", +{len(parts) - shown} more" if shown < len(parts) else ""
-        text = ", ".join(parts[:shown])
-        if len(text) + len(more) <= limit:
-            return text + more
-    more = f", +{len(parts) - 1} more" if len(parts) > 1 else ""
-    return parts[0][: limit - len(more) - 1] + "…" + more
-
-
-def short_labels(groups: dict[str, list[Run]], by: list[str] | None = None, limit: int = LABEL_CHARS) -> dict[str, str]:
-    """``{label: short label}`` for plot legends: only the keys whose values differ between the groups, each named
-    by its shortest ending (:func:`short_key`) with its value abbreviated (:func:`abbreviate`); the experiment by
-    its name. At most ``limit`` characters: keys that do not fit are counted (``+3 more``); the full list is the
-    group's label in ``summary.md``/``summary.csv``. Groups whose short labels would be equal are numbered."""
-    ids = {label: group_identity(members, by) for label, members in groups.items()}
-    keys = {k for ident in ids.values() for k in ident}
-    differ = sorted(k for k in keys if len({repr(_hashable(i.get(k))) for i in ids.values()}) > 1)
-    differ.sort(key=lambda k: k != "experiment")  # the experiment first
-    out: dict[str, str] = {}
-    for label, ident in ids.items():
-        parts = [abbreviate(ident.get(k)) if k == "experiment" else f"{short_key(k, keys)}={abbreviate(ident.get(k))}"
-                 for k in differ] or [abbreviate(ident.get("experiment", label), limit)]  # fmt: skip
-        out[label] = fit_parts(parts, limit)
-    seen: dict[str, int] = {}
-    for text in out.values():
-        seen[text] = seen.get(text, 0) + 1
-    for n, (label, text) in enumerate(out.items(), 1):
-        if seen[text] > 1:
-            tag = f" #{n}"
-            out[label] = text[: limit - len(tag)] + tag
-    return out
-
-
 def _hashable(v: Any) -> Any:
     return tuple(map(_hashable, v)) if isinstance(v, list) else v
 
@@ -315,111 +252,6 @@ def runs_csv(stats: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def val_curves(run: Path, tag: str = "val/acc") -> tuple[list[int], list[float]]:
-    """``(steps, values)`` of ``tag`` per epoch, from the run's ``metrics.csv`` (see
-    :class:`project.report.EpochMetrics`); a run without one (written before it existed) from its TensorBoard
-    event files. Empty when neither has the tag."""
-    if (run / runs.METRICS_CSV).is_file():
-        rows = [r for r in runs.read_epoch_metrics(run) if tag in r]
-        return [int(r["step"]) for r in rows], [r[tag] for r in rows]
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
-    # TensorBoard's reader warns about what a curve does not use: a run written before the graph was logged once
-    # per run holds two graphs ("Found more than one graph event per run"); its warnings are off for this read
-    reader_log = logging.getLogger("tensorboard")
-    level = reader_log.level
-    reader_log.setLevel(logging.ERROR)
-    try:
-        acc.Reload()
-        events = acc.Scalars(tag)
-    except (KeyError, OSError, ValueError):
-        return [], []
-    finally:
-        reader_log.setLevel(level)
-    return [e.step for e in events], [e.value for e in events]
-
-
-def plot(
-    stats: dict[str, Any],
-    all_runs: list[Run],
-    out: Path,
-    x_key: str | list[str] | None,
-    y_key: str = "test_acc",
-    name: str = "{y}_vs_{x}.png",
-) -> list[Path]:
-    """Write ``val_acc.png`` and, for each ``x_key`` (one or a list), ``y_key`` against it (default
-    ``test_acc_vs_<x_key>.png``; ``name`` formats ``{y}`` and ``{x}``) into ``out``; return the paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    written = []
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    groups = stats["groups"]
-    # the legend below the axes (constrained layout keeps it outside them), one or two columns; the figure grows
-    # with its rows, so the axes keep their size whatever the number of groups
-    named = min(len(groups), LEGEND_ENTRIES) + (len(groups) > LEGEND_ENTRIES)
-    ncols = 1 if named <= 6 else 2
-    rows = -(-named // ncols)
-    fig, ax = plt.subplots(figsize=(7 if ncols == 1 else 9, 4.2 + 0.2 * rows), dpi=120, layout="constrained")
-    for i, (label, st) in enumerate(groups.items()):
-        # A group's runs as one line broken by NaN between runs: one artist per group, not per run (1,000 runs
-        # drew in seconds, most of it matplotlib's bookkeeping per line)
-        xs: list[float] = []
-        ys: list[float] = []
-        for path in st["paths"]:
-            steps, values = val_curves(Path(path))
-            if steps:
-                xs += [*steps, math.nan]
-                ys += [*values, math.nan]
-        if xs:
-            name = f"{st.get('short_label', label)} (n={st['runs']})" if i < LEGEND_ENTRIES else None
-            ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, lw=1.2, label=name)
-    ax.set(xlabel="training step", ylabel="val/acc", title="Validation accuracy by group")
-    ax.grid(alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    if len(groups) > LEGEND_ENTRIES:
-        handles.append(Line2D([], [], linestyle="none"))
-        labels.append(f"... {len(groups) - LEGEND_ENTRIES} more groups (summary.md)")
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=7, frameon=False)
-    written.append(out / "val_acc.png")
-    fig.savefig(written[-1])
-    plt.close(fig)
-    x_keys = [x_key] if isinstance(x_key, str) else x_key or []
-    for x_key in x_keys:
-        finished = [r for r in all_runs if r.results is not None and isinstance(r.value(y_key), int | float)]
-        xs = [r.value(x_key) for r in finished]
-        numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
-        cats = sorted({fmt(x) for x in xs}) if not numeric else []
-        pos = [float(x) if numeric else cats.index(fmt(x)) for x in xs]
-        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-        ax.scatter(pos, [r.value(y_key) for r in finished], s=14, alpha=0.6, label="runs")
-        by_x: dict[float, list[float]] = {}
-        for p, r in zip(pos, finished):
-            by_x.setdefault(p, []).append(float(r.value(y_key)))
-        px = sorted(by_x)
-        means = [statistics.fmean(by_x[p]) for p in px]
-        stds = [statistics.stdev(by_x[p]) if len(by_x[p]) > 1 else 0.0 for p in px]
-        ax.errorbar(px, means, yerr=stds, color="black", capsize=3, lw=1.2, label="mean ± std")
-        if not numeric:
-            ax.set_xticks(range(len(cats)), [abbreviate(c) for c in cats], rotation=20, fontsize=8)
-        elif len(px) > 2 and min(px) > 0 and max(px) / min(px) > 50:
-            ax.set_xscale("log")  # a learning rate swept over decades
-        ax.set(xlabel=x_key, ylabel=y_key, title=f"{'Test accuracy' if y_key == 'test_acc' else y_key} against {x_key}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in x_key)
-        written.append(out / name.format(y=y_key, x=safe))
-        fig.tight_layout()
-        fig.savefig(written[-1])
-        plt.close(fig)
-    return written
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 nothing to summarize or a bad argument)."""
     p = ArgumentParser(prog="python -m project.summarize", description=__doc__.splitlines()[0],
@@ -466,3 +298,14 @@ def _finite(tree: Any) -> Any:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# the figures (imported last: they use this module's Run, fmt and group_identity)
+from project.summary_plots import (  # noqa: E402,F401  (public here too)
+    LABEL_CHARS,
+    abbreviate,
+    plot,
+    short_key,
+    short_labels,
+    val_curves,
+)
