@@ -191,9 +191,11 @@ def command_main(command: Command, argv: list[str] | None = None) -> int:
 
     def make() -> RunJob:
         lead = leading_positionals(argv)
-        if not lead:  # --help, or no RUN: the parser says which
-            ProjectCLI(argv, prog=command.prog, command_options=command.arguments, description=command.description,
-                       usage=command.usage)
+        if not lead:
+            if not argv or {"-h", "--help"} & set(argv):  # help, or the parser's own "required: run"
+                ProjectCLI(argv, prog=command.prog, command_options=command.arguments,
+                           description=command.description, usage=command.usage)  # fmt: skip
+            raise ConfigError(f"RUN comes first (a run folder, an experiment folder or a checkpoint): {command.usage}")
         run = find_run(lead[0])
         # positionals first, so that jsonargparse reads them as positionals after the config file
         cli = cli_for_run(run, argv, command.prog, command)

@@ -81,3 +81,11 @@ def test_python_m_project_runs_each_command_as_its_own_module(trained_run, tmp_p
     assert (tmp_path / "a" / "summary.csv").read_text() == (tmp_path / "b" / "summary.csv").read_text()
     bad = run_python("-m", "project", "evaluate", str(trained_run), "--split", "train", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: split")
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_run_must_come_first_and_is_required(name, trained_run, capsys):
+    for argv in (["--ckpt", "last", str(trained_run)], []):
+        assert COMMANDS[name].main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and ("RUN comes first" in err[0] or "run" in err[0])
