@@ -167,7 +167,6 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     Raises:
         ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
     """
-    quiet_library_banners()
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
     return ProjectCLI(["--config", str(runs.latest_config(run)), *REBUILD, *overrides, *args], prog=prog,
@@ -204,7 +203,8 @@ def command_main(command: Command, argv: list[str] | None = None) -> int:
         load_weights(cli, ckpt, checkpoint)
         return RunJob(run, ckpt, name, checkpoint, cli)
 
-    return run_main(make, command.work)
+    with quiet_library_banners():
+        return run_main(make, command.work)
 
 
 def main_of(command: Command) -> Callable[[list[str] | None], int]:

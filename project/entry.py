@@ -9,13 +9,14 @@ user-caused failure, logging set up once, and Python's exit without its slow fin
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from jsonargparse import ArgumentError
@@ -103,16 +104,25 @@ def setup_logging() -> None:
 BANNER_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 
 
-def quiet_library_banners() -> None:
-    """Lightning's set-up banner off for a command that only reads a run (evaluate, predict, export).
+@contextlib.contextmanager
+def quiet_library_banners() -> Iterator[None]:
+    """Lightning's set-up banner off while a command that only reads a run (evaluate, predict, export) works.
 
-    Raises the level of :data:`BANNER_LOGGERS` to WARNING, for the rest of the process: the banner comes again
-    when such a command calls ``Trainer.test``/``predict``, after the run is rebuilt. Lightning's warnings and
-    errors, the command's own result line and its ``error:`` lines are untouched. ``fit`` keeps the banner: it
-    says which device and precision the run trains on.
+    Raises the level of :data:`BANNER_LOGGERS` to WARNING for the whole command (the banner comes again when it
+    calls ``Trainer.test``/``predict``, after the run is rebuilt) and restores the levels afterwards, so a
+    program calling a command's ``main`` keeps its own logging. Lightning's warnings and errors, the command's own
+    result line and its ``error:`` lines are untouched. ``fit`` keeps the banner: it says which device and
+    precision the run trains on.
     """
-    for name in BANNER_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in BANNER_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # 143

@@ -296,10 +296,6 @@ def _finite(tree: Any) -> Any:
     return None if isinstance(tree, float) and not math.isfinite(tree) else tree
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # the figures (imported last: they use this module's Run, fmt and group_identity)
 from project.summary_plots import (  # noqa: E402,F401  (public here too)
     LABEL_CHARS,
@@ -309,3 +305,7 @@ from project.summary_plots import (  # noqa: E402,F401  (public here too)
     short_labels,
     val_curves,
 )
+
+if __name__ == "__main__":
+    sys.exit(main())
+

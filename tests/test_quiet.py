@@ -162,15 +162,12 @@ def test_the_banner_loggers_are_off_for_info_and_on_for_warnings():
     emitters = ["lightning.fabric.utilities.seed", "lightning.pytorch.utilities.rank_zero",
                 "lightning.fabric.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
                 "lightning.pytorch.trainer.connectors.accelerator_connector"]  # fmt: skip
+    assert all(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
     levels = {name: logging.getLogger(name).level for name in BANNER_LOGGERS}
-    try:
-        assert all(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
-        quiet_library_banners()
+    with quiet_library_banners():
         assert not any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
         assert all(logging.getLogger(name).isEnabledFor(logging.WARNING) for name in emitters)
-    finally:
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
+    assert {name: logging.getLogger(name).level for name in BANNER_LOGGERS} == levels  # restored afterwards
 
 def fake_run(folder: Path, i: int, experiment: str = "exp") -> None:
     """A finished run folder as ``fit`` leaves it for ``summarize`` (``config.yaml``, ``results.json``,
