@@ -19,6 +19,7 @@ import signal
 import sys
 import types
 import typing
+from collections import abc
 from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
 
@@ -156,13 +157,16 @@ def _is_restricted(declared: Any) -> bool:
 
 
 def _type_words(declared: Any) -> str:
-    """``int | None`` as ``int or null``, ``Literal['a', 'b']`` as ``one of 'a', 'b'``."""
+    """``int | None`` as ``int or null``, ``Literal['a', 'b']`` as ``one of 'a', 'b'``, ``list[int]`` as
+    ``a list of (int)``."""
     options = typing.get_args(declared) if _is_union(declared) else (declared,)
     literals = [v for o in options if typing.get_origin(o) is typing.Literal for v in typing.get_args(o)]
     words = [f"one of {', '.join(repr(v) for v in literals)}"] if literals else []
     for option in options:
         if option is type(None):
             words.append("null")
+        elif typing.get_origin(option) in (list, tuple, set, abc.Sequence) and typing.get_args(option):
+            words.append(f"a list of ({_type_words(typing.get_args(option)[0])})")
         elif typing.get_origin(option) is not typing.Literal:
             words.append(getattr(option, "__name__", None) or str(option).replace("typing.", ""))
     return " or ".join(words)
