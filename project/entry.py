@@ -114,10 +114,11 @@ def explain_parse_error(error: BaseException) -> str:
         return f"{key}: {_first_line(root)}"
     parser = next((e.parser for e in chain if isinstance(e, ParseError)), None)
     declared = _declared_type(parser, keys, cls)
-    if _is_restricted(declared):  # the restricted type's own check refused it: say its name and its rule
+    options = typing.get_args(declared) if _is_union(declared) else (declared,)
+    if any(_is_restricted(o) for o in options):  # a restricted type's own check refused it: its name and rule
         if why.rule:
-            return f"{key}: {why.given} is not a {declared.__name__} (needs {why.rule})"
-        return f"{key}: {_first_line(root)} (expected {declared.__name__})"
+            return f"{key}: {why.given} is not a {_type_words(declared)} (needs {why.rule})"
+        return f"{key}: {_first_line(root)} (expected {_type_words(declared)})"
     expected = _type_words(declared) if declared is not None else why.expected
     if why.given is not None:
         return f"{key}: invalid value {why.given!r}; expected {expected or 'another type'}"

@@ -27,6 +27,8 @@ KINDS = [
     (["--data.num_workers", "-1"], "data.num_workers: -1 is not a NonNegativeInt (needs v>=0)"),
     ([PRUNING, "--trainer.callbacks.amount", "2"],
      "trainer.callbacks.amount: 2 is not a PruningAmount (needs v>=0 and v<1)"),
+    ([PRUNING, "--trainer.callbacks.end_epoch", "-1"],
+     "trainer.callbacks.end_epoch: -1 is not a NonNegativeInt or null (needs v>=0)"),
     (["--data.batch_size", "abc"],
      "data.batch_size: invalid literal for int() with base 10: 'abc' (expected PositiveInt)"),
     # a nested init argument of a class given by class_path (bool is no restricted int)
