@@ -118,6 +118,18 @@ def prefer_int_over_float(parser: Any) -> None:
                 action._typehint = typing.Union[tuple([int, *(a for a in args if a is not int)])]  # noqa: UP007
 
 
+def declared_type(parser: Any, key: str) -> Any:
+    """The type ``parser`` checks the value of ``key`` against (``parser._actions``, ``action._typehint``), e.g.
+    ``PositiveInt``, ``int | None``, ``Literal['a', 'b']``; a plain argparse option's ``type``; None for no such key.
+
+    jsonargparse keeps a typed option's declared type only there (its ``action.type`` is None) and names neither
+    the key nor the type in the attributes of the errors it raises."""
+    for action in parser._actions:
+        if action.dest == key:
+            return getattr(action, "_typehint", None) or action.type
+    return None
+
+
 # -- torch ------------------------------------------------------------------------------------------------------
 
 

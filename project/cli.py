@@ -19,6 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 import yaml
+from jsonargparse import ArgumentError
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -29,6 +30,7 @@ from project.data import VisionDataModule
 from project.entry import (  # noqa: F401  (the entry points' error handling, public here too)
     BANNER_LOGGERS,
     SIGTERM_STATUS,
+    ParseError,
     exit_with,
     explain_parse_error,
     quiet_library_banners,
@@ -137,7 +139,7 @@ class ProjectCLI(LightningCLI):
     """LightningCLI with the project's defaults and checks (``run=False``: the entry point calls the work).
 
     Raises:
-        ConfigError, jsonargparse.ArgumentError: bad input, before anything is written.
+        ConfigError, ParseError (a jsonargparse.ArgumentError): bad input, before anything is written.
     """
 
     def __init__(
@@ -171,12 +173,13 @@ class ProjectCLI(LightningCLI):
         # whole command line: the host program's own sys.argv is none of the experiment's business, and Lightning
         # warns when it sees both.
         check_config_files(sys.argv[1:] if args is None else args)
-        if args is None:
-            return super().parse_arguments(parser, args)
         argv = sys.argv
-        sys.argv = argv[:1]
+        if args is not None:
+            sys.argv = argv[:1]
         try:
             return super().parse_arguments(parser, args)
+        except ArgumentError as e:  # with the parser, whose declared types explain_parse_error looks up
+            raise ParseError(e, parser) from e
         finally:
             sys.argv = argv
 

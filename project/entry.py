@@ -10,14 +10,19 @@ user-caused failure, logging set up once, and Python's exit without its slow fin
 from __future__ import annotations
 
 import contextlib
+import enum
 import gc
+import importlib
 import logging
 import os
 import re
 import signal
 import sys
+import types
+import typing
+from collections import abc
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -25,71 +30,157 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from project.errors import ConfigError, UserError
 
-_GENERIC = ("Expected a <class 'NoneType'>", "Not a valid subclass", "a class path", "a dict ")
 
+class ParseError(ArgumentError):
+    """jsonargparse's refusal of a command line or config file, with the parser that refused it.
 
-def explain_parse_error(message: str) -> str:
-    """Boil jsonargparse's multi-line type error down to one line: the key, the value, what was expected.
-
-    A ``ConfigError`` raised while a class was instantiated (e.g. ``model.net: ...``) is passed through as is.
+    :meth:`project.cli.ProjectCLI.parse_arguments` raises it from jsonargparse's ``ArgumentError`` (the
+    ``__cause__``), so that :func:`explain_parse_error` can look up the type the parser declares for the key.
     """
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    restricted = re.search(r"Not of type (\w+): (.*?) does not conform to restriction (.*)", message)
-    if restricted:
-        keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
-        name, value, rule = restricted.groups()
-        return f"{'.'.join(keys)}: {value} is not a {name} (needs {rule.strip()})"
-    nested = re.search(
-        r"- Problem with given class_path '[^']+':\s*Parser key \"([^\"]+)\":\s*Expected a (.*?)\. Got value: (.*)",
-        message,
+
+    def __init__(self, error: ArgumentError, parser: Any) -> None:
+        super().__init__(None, error.message)
+        self.parser = parser
+
+
+class _Said(NamedTuple):
+    """The facts one exception of jsonargparse's chain holds only in its words (it has no attributes for them)."""
+
+    key: str | None  # 'Parser key "K"' opening a TypeError: the key, relative to its parser, whose value failed
+    class_path: str | None  # "Problem with given class_path 'C'": the class whose init arguments failed below it
+    option: str | None  # an unknown option's KeyError: "Option 'O' is not accepted", "... does not accept option 'O'"
+    given: str | None  # the value refused: "... Got value: V", "V does not conform to restriction R"
+    rule: str | None  # R
+    expected: str | None  # "Expected a <class 'T'>. Got value: V": T, where no declared type is at hand
+
+
+# jsonargparse 4.53's wording (tests/test_parse_errors.py pins each): the key path, the class path, the unknown
+# option's name and the value refused are only in its messages; its ArgumentError's ``argument_name`` is None.
+_WORDS = {
+    "key": re.compile(r'Parser key "([^"]+)"'),
+    "class_path": re.compile(r"Problem with given class_path '([^']+)'"),
+    "option": re.compile(r"option '([^']+)'", re.IGNORECASE),
+    "given": re.compile(r"Got value: (.*)$|^(.*?) does not conform to restriction (.*)$"),
+    "expected": re.compile(r"Expected a <class '(\w+)'>"),
+}
+
+
+def _said(error: BaseException) -> _Said:
+    """What ``error`` itself says (its own message, not the messages of the errors nested in it), in words: the one
+    place that reads jsonargparse's message text."""
+    own = str(error).strip()
+    key, cls, expected = (_WORDS[name].match(own) for name in ("key", "class_path", "expected"))
+    option = _WORDS["option"].search(own) if isinstance(error, KeyError) else None
+    given = _WORDS["given"].search(own.splitlines()[-1]) if own else None
+    return _Said(
+        key=key and key.group(1),
+        class_path=cls and cls.group(1),
+        option=option and option.group(1),
+        given=given and (given.group(1) or given.group(2)),
+        rule=given and given.group(3),
+        expected=expected and expected.group(1),
     )
-    outer = re.match(r'Parser key "([^"]+)"', message.strip())
-    if nested and outer:  # an init argument of a class given by class_path (e.g. a callback's): name the key
-        key, expected, given = nested.groups()
-        expected = re.sub(r"<class '(\w+)'>", r"\1", expected).replace("typing.Literal", "one of ")
-        return f"{outer.group(1)}.{key}: invalid value {given.strip()!r}; expected {expected}"
-    deep = _explain_nested(message)
-    if deep:
-        return deep
-    errors = [line[2:] for line in lines if line.startswith("- ")]
-    specific = [e for e in errors if not e.startswith(_GENERIC) and not e.startswith("Expected a ")]
-    if specific:
-        return specific[0]
-    key = re.search(r'Parser key "([^"]+)"', message)
-    given = re.search(r"(?:Given|Got) value: (.*)", message)
-    single = re.search(r"Expected a (.*?)\. Got value", message)
-    if single:
-        errors = [f"Expected a {single.group(1)}"]
-    expected = [
-        e.removeprefix("Expected a ") for e in errors if e.startswith("Expected a ") and not e.startswith(_GENERIC)
-    ]
-    expected = [re.sub(r"<class '(\w+)'>", r"\1", e).replace("typing.Literal", "one of ") for e in expected]
-    if key and given:
-        return f"{key.group(1)}: invalid value {given.group(1)!r}; expected {' or '.join(expected) or 'another type'}"
-    return lines[0] if lines else message
 
 
-def _explain_nested(message: str) -> str | None:
-    """A bad value inside a class given by ``class_path`` (the data module's ``batch_size``, the optimizer's
-    ``lr``, ...): jsonargparse reports it under the outer key, nested. Name the whole key, the value and the type
-    expected; None when the message is not of that kind."""
-    keys = [k for k in re.findall(r'Parser key "([^"]+)"', message) if k != "init_args"]
-    if len(keys) >= 2:  # a bad value: checked first, jsonargparse may also list an option it tried and refused
-        key = ".".join(keys)
-        not_of_type = re.findall(r"Not of type (\w+): (.*)", message)
-        if not_of_type:
-            name, why = not_of_type[-1]
-            return f"{key}: {why.strip()} (expected {name})"
-        given = re.findall(r"Given value: (.*?)(?:\. Got value:.*)?$", message, re.MULTILINE)
-        expected = sorted(set(re.findall(r"Expected a <class '(\w+)'>", message)) - {"NoneType"})
-        if given and expected:
-            return f"{key}: invalid value {given[-1].strip()!r}; expected {' or '.join(expected)}"
-    unknown = re.search(r"Option '([^']+)' is not accepted", message)
-    cls = re.search(r"class_path '([^']+)'", message)
-    if unknown and keys and cls:  # a misspelled init argument in a YAML file
-        return (f"{keys[0]}.{unknown.group(1)}: {cls.group(1)} has no such option "
-                f"(its options: --{keys[0]}.help {cls.group(1)})")  # fmt: skip
-    return None
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the errors it was raised from (``__cause__``, else ``__context__``), outermost first."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def explain_parse_error(error: BaseException) -> str:
+    """jsonargparse's multi-line refusal as one line: the whole key, the value given, what the key takes.
+
+    Built on the exception chain jsonargparse raises (one ``TypeError`` per parser the value went through, the
+    library's root error innermost; an unknown option is a ``KeyError``) and on the type the parser declares for the
+    key (:class:`ParseError` carries the parser): ``data.batch_size: 0 is not a PositiveInt (needs v>0)``,
+    ``trainer.max_epochs: invalid value 'ten'; expected int or null``, ``data.batch_sise:
+    project.data.MNISTDataModule has no such option (...)``. Any other error (a ``ConfigError`` raised while a
+    class was instantiated, e.g. ``model.net: ...``) is its first line.
+    """
+    chain = _chain(error)
+    said = [_said(e) for e in chain]
+    keys = [s.key for e, s in zip(chain, said) if isinstance(e, TypeError) and s.key and s.key != "init_args"]
+    cls = next((s.class_path for s in reversed(said) if s.class_path), None)
+    root, why = chain[-1], said[-1]
+    if not keys or isinstance(error, UserError):
+        return _first_line(root if isinstance(root, KeyError) else error)
+    key = ".".join(keys)
+    if isinstance(root, KeyError):  # a misspelled init argument of a class given by class_path
+        if why.option and cls:
+            return f"{key}.{why.option}: {cls} has no such option (its options: --{key}.help {cls})"
+        return f"{key}: {_first_line(root)}"
+    parser = next((e.parser for e in chain if isinstance(e, ParseError)), None)
+    declared = _declared_type(parser, keys, cls)
+    options = typing.get_args(declared) if _is_union(declared) else (declared,)
+    if any(_is_restricted(o) for o in options):  # a restricted type's own check refused it: its name and rule
+        if why.rule:
+            return f"{key}: {why.given} is not a {_type_words(declared)} (needs {why.rule})"
+        return f"{key}: {_first_line(root)} (expected {_type_words(declared)})"
+    expected = _type_words(declared) if declared is not None else why.expected
+    if why.given is not None:
+        return f"{key}: invalid value {why.given!r}; expected {expected or 'another type'}"
+    return f"{key}: {_first_line(root)}"
+
+
+def _declared_type(parser: Any, keys: list[str], class_path: str | None) -> Any:
+    """The type the parser checks the key's value against: the parser's own for a key of its own (``keys`` of
+    one), else that of the init argument ``keys[-1]`` of the class ``class_path``; None when neither is known."""
+    from jsonargparse import ArgumentParser
+
+    from project import adapters
+
+    if len(keys) == 1 and parser is not None:
+        return adapters.declared_type(parser, keys[0])
+    if class_path is None or "." not in class_path:
+        return None
+    module, name = class_path.rsplit(".", 1)
+    try:  # jsonargparse imported it already to check the value
+        cls = getattr(importlib.import_module(module), name)
+        class_parser = ArgumentParser(exit_on_error=False)
+        class_parser.add_class_arguments(cls)
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return None
+    return adapters.declared_type(class_parser, keys[-1])
+
+
+def _is_restricted(declared: Any) -> bool:
+    """Whether ``declared`` is a restricted subtype of a number or string (jsonargparse's ``PositiveInt``,
+    ``restricted_number_type``, ...), whose own constructor refuses a value with its rule."""
+    return (
+        isinstance(declared, type)
+        and issubclass(declared, (int, float, str))
+        and not issubclass(declared, (bool, enum.Enum))
+        and declared not in (int, float, str)
+    )
+
+
+def _type_words(declared: Any) -> str:
+    """``int | None`` as ``int or null``, ``Literal['a', 'b']`` as ``one of 'a', 'b'``, ``list[int]`` as
+    ``a list of (int)``."""
+    options = typing.get_args(declared) if _is_union(declared) else (declared,)
+    literals = [v for o in options if typing.get_origin(o) is typing.Literal for v in typing.get_args(o)]
+    words = [f"one of {', '.join(repr(v) for v in literals)}"] if literals else []
+    for option in options:
+        if option is type(None):
+            words.append("null")
+        elif typing.get_origin(option) in (list, tuple, set, abc.Sequence) and typing.get_args(option):
+            words.append(f"a list of ({_type_words(typing.get_args(option)[0])})")
+        elif typing.get_origin(option) is not typing.Literal:
+            words.append(getattr(option, "__name__", None) or str(option).replace("typing.", ""))
+    return " or ".join(words)
+
+
+def _is_union(declared: Any) -> bool:
+    return typing.get_origin(declared) in (typing.Union, types.UnionType)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def setup_logging() -> None:
@@ -176,7 +267,7 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
         if status is None:
             raise
         if parsing and not isinstance(e, MisconfigurationException):
-            print(f"error: {explain_parse_error(str(e))} (see --help)", file=sys.stderr)
+            print(f"error: {explain_parse_error(e)} (see --help)", file=sys.stderr)
         else:
             print(f"error: {_one_line(e)}", file=sys.stderr)
         return status
@@ -193,16 +284,17 @@ def _exit_status(e: BaseException, parsing: bool) -> int | None:
         return 1
     # a plain ValueError: jsonargparse's type checks while parsing; Lightning's checks of settings while building
     # the Trainer (e.g. barebones with a logger) or while running
-    bad_config = (parsing and "Does not validate" in str(e)) or _raised_by_lightning(e)
+    bad_config = (parsing and _raised_by(e, "jsonargparse")) or _raised_by(e, "lightning")
     return 2 if bad_config else None
 
 
-def _raised_by_lightning(e: BaseException) -> bool:
-    """Whether Lightning itself raised ``e`` (its checks of Trainer settings against the data raise ValueError)."""
+def _raised_by(e: BaseException, package: str) -> bool:
+    """Whether ``package`` itself raised ``e``: Lightning's checks of Trainer settings against the data, and
+    jsonargparse's type checks outside parsing proper (while classes are instantiated), raise a plain ValueError."""
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and f"{os.sep}lightning{os.sep}" in tb.tb_frame.f_code.co_filename
+    return tb is not None and f"{os.sep}{package}{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 def _one_line(e: BaseException) -> str:

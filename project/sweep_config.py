@@ -38,7 +38,7 @@ def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
         if e.code not in (0, None):
             raise ConfigError(f"base: the fit arguments do not parse ({' '.join(args)})") from None
     except (ArgumentError, ValueError) as e:
-        raise ConfigError(f"base: {explain_parse_error(str(e))}") from None
+        raise ConfigError(f"base: {explain_parse_error(e)}") from None
     config = yaml.safe_load(out.getvalue())
     if not isinstance(config, dict):
         raise ConfigError(f"base: the fit arguments do not resolve to a config ({' '.join(args)})")

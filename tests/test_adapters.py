@@ -96,5 +96,14 @@ def test_jsonargparse_and_torch_members_the_adapters_use_still_exist():
     adapters.prefer_int_over_float(parser)
     assert parser.parse_args(["--limit", "1"]).limit == 1 and isinstance(parser.parse_args(["--limit", "1"]).limit, int)
     assert parser.parse_args(["--limit", "0.5"]).limit == 0.5
+    # declared_type: the type jsonargparse checks a key against, for the one-line parse errors (project.entry)
+    from jsonargparse.typing import PositiveInt
+
+    from project.data import MNISTDataModule
+
+    parser.add_class_arguments(MNISTDataModule, "data")
+    assert adapters.declared_type(parser, "data.batch_size") is PositiveInt
+    assert adapters.declared_type(parser, "limit") == Optional[Union[int, float]]  # noqa: UP007, UP045
+    assert adapters.declared_type(parser, "data.no_such_key") is None
     assert isinstance(adapters.cpu_has_native_bf16(), bool)
     assert callable(torch.ops.mkldnn._is_mkldnn_bf16_supported)
