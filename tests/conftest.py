@@ -79,19 +79,24 @@ def tiny_mnist(tmp_path, monkeypatch):
     return make_tiny_mnist(tmp_path / "mnist", monkeypatch)
 
 
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory) -> Path:
-    """A finished 2-epoch LeNet run on :func:`make_tiny_mnist` data, shared by the session (read it, don't change
-    it); the md5 and size tables are patched only while it trains. Returns its run folder."""
+def train_tiny_run(root: Path) -> tuple[Path, dict]:
+    """Train a 2-epoch LeNet on :func:`make_tiny_mnist` data under ``root`` (the md5 and size tables patched only
+    while it trains); returns its run folder and the data paths."""
     from helpers import run_dirs, run_main, tiny_args
 
-    root = tmp_path_factory.mktemp("trained_run")
     with pytest.MonkeyPatch.context() as mp:
         paths = make_tiny_mnist(root / "mnist", mp)
         mp.chdir(root)
         assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2")) == 0
     (run,) = run_dirs(root / "logs")
-    return run
+    return run, paths
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> Path:
+    """A finished 2-epoch LeNet run on :func:`make_tiny_mnist` data, shared by the session (read it, don't change
+    it). Returns its run folder."""
+    return train_tiny_run(tmp_path_factory.mktemp("trained_run"))[0]
 
 
 @pytest.fixture

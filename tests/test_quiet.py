@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_dirs, run_main, tiny_args
+from helpers import run_main
 from PIL import Image
 
 # A command run as `python -m project.<command>`, with the tiny data set's extracted files standing for MNIST's
@@ -35,14 +35,10 @@ BANNERS = ("GPU available", "TPU available", "HPU available", "Seed set", "Tip",
 def fitted(tmp_path_factory) -> dict:
     """One finished 2-epoch tiny run, shared by this module (read it, don't change it): ``{"run": its folder,
     "raw": its extracted data files, "root": the folder it was started in}``."""
-    from conftest import make_tiny_mnist
+    from conftest import train_tiny_run
 
     root = tmp_path_factory.mktemp("quiet")
-    with pytest.MonkeyPatch.context() as mp:
-        paths = make_tiny_mnist(root / "mnist", mp)
-        mp.chdir(root)
-        assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2")) == 0
-    (run,) = run_dirs(root / "logs")
+    run, paths = train_tiny_run(root)
     return {"run": run, "raw": paths["data"] / "MNIST" / "raw", "root": root}
 
 
