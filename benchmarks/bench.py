@@ -553,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(args)
         rows = bench.run(args.rows)
     except ArgumentError as e:
-        print(f"error: {explain_parse_error(str(e))}", file=sys.stderr)
+        print(f"error: {explain_parse_error(e)}", file=sys.stderr)
         return 2
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

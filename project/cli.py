@@ -177,11 +177,13 @@ class ProjectCLI(LightningCLI):
         if args is not None:
             sys.argv = argv[:1]
         try:
-            return super().parse_arguments(parser, args)
+            super().parse_arguments(parser, args)
         except ArgumentError as e:  # with the parser, whose declared types explain_parse_error looks up
             raise ParseError(e, parser) from e
         finally:
             sys.argv = argv
+        # checked here, before LightningCLI seeds: its "Seed set to N" line would come before an error line
+        self.prepare_config()
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
@@ -229,7 +231,15 @@ class ProjectCLI(LightningCLI):
             self.command_options(parser)
         adapters.prefer_int_over_float(parser)
 
-    def before_instantiate_classes(self) -> None:
+    def prepare_config(self) -> None:
+        """Check the parsed config and settle what it leaves open, before anything is built or written: conflicting
+        or out-of-range Trainer settings, removed run callbacks that must stay, unusable folders, ``auto_precision``,
+        Lightning's TensorBoardLogger as the project's, ``--ckpt_path last|best`` as a file; then claim the run
+        folder (:meth:`claim_run_folder`).
+
+        Raises:
+            ConfigError: one line naming the key and the fix.
+        """
         cfg = self.config
         if cfg.trainer.deterministic is True and cfg.trainer.benchmark:
             raise ConfigError(
@@ -276,6 +286,11 @@ class ProjectCLI(LightningCLI):
         data_args = getattr(cfg.data, "init_args", None)
         if data_args is not None and data_args.get("data_dir") is not None:
             runs.check_folder(data_args.data_dir, "data.data_dir", write=False)
+        source = data_args.get("source_dir") if data_args is not None else None
+        if source is not None and self.command_options is None and not Path(source).is_dir():
+            # refused even when data_dir already holds the data and the archives would not be read: a mistyped
+            # folder should not pass unnoticed (the run-folder commands rebuild a run whose archives may be gone)
+            raise ConfigError(f"data.source_dir: {source} is not a folder; give the folder holding the archives")
         if cfg.ckpt_path is not None:
             cfg.ckpt_path = str(runs.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
             runs.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front

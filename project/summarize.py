@@ -299,6 +299,7 @@ def _finite(tree: Any) -> Any:
 # the figures (imported last: they use this module's Run, fmt and group_identity)
 from project.summary_plots import (  # noqa: E402,F401  (public here too)
     LABEL_CHARS,
+    LEGEND_ENTRIES,
     abbreviate,
     plot,
     short_key,

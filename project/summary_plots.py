@@ -151,8 +151,8 @@ def plot(
                 xs += [*steps, math.nan]
                 ys += [*values, math.nan]
         if xs:
-            name = f"{st.get('short_label', label)} (n={st['runs']})" if i < LEGEND_ENTRIES else None
-            ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, lw=1.2, label=name)
+            legend = f"{st.get('short_label', label)} (n={st['runs']})" if i < LEGEND_ENTRIES else None
+            ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, lw=1.2, label=legend)
     ax.set(xlabel="training step", ylabel="val/acc", title="Validation accuracy by group")
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()

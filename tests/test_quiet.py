@@ -158,12 +158,18 @@ def test_the_banner_loggers_are_off_for_info_and_on_for_warnings():
     emitters = ["lightning.fabric.utilities.seed", "lightning.pytorch.utilities.rank_zero",
                 "lightning.fabric.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
                 "lightning.pytorch.trainer.connectors.accelerator_connector"]  # fmt: skip
-    assert all(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
-    levels = {name: logging.getLogger(name).level for name in BANNER_LOGGERS}
-    with quiet_library_banners():
-        assert not any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
-        assert all(logging.getLogger(name).isEnabledFor(logging.WARNING) for name in emitters)
-    assert {name: logging.getLogger(name).level for name in BANNER_LOGGERS} == levels  # restored afterwards
+    saved = {name: logging.getLogger(name).level for name in (*BANNER_LOGGERS, *emitters)}
+    try:  # a fresh process's levels (an earlier test may have set any of them)
+        for name in saved:
+            logging.getLogger(name).setLevel(logging.INFO if name in BANNER_LOGGERS else logging.NOTSET)
+        assert all(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
+        with quiet_library_banners():
+            assert not any(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)
+            assert all(logging.getLogger(name).isEnabledFor(logging.WARNING) for name in emitters)
+        assert all(logging.getLogger(name).isEnabledFor(logging.INFO) for name in emitters)  # restored afterwards
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 def fake_run(folder: Path, i: int, experiment: str = "exp") -> None:
     """A finished run folder as ``fit`` leaves it for ``summarize`` (``config.yaml``, ``results.json``,

@@ -120,3 +120,18 @@ def test_plugins_added_with_plus_keep_the_atomic_checkpoint_io(tiny_mnist, tmp_p
     assert type(cli.trainer.strategy.checkpoint_io).__name__ == "LocalAtomicCheckpointIO"
     plugins = [type(p).__name__ for p in cli.config_init.trainer.plugins]
     assert plugins == ["LocalAtomicCheckpointIO", "LightningEnvironment"]
+
+
+def test_a_source_dir_that_is_not_a_folder_is_refused_even_with_the_data_in_place(tiny_mnist, tmp_path, monkeypatch,
+                                                                                    capsys):  # fmt: skip
+    """Found by a new user: with ``data_dir`` already imported a mistyped ``--data.source_dir`` trained silently."""
+    monkeypatch.chdir(tmp_path)
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.limit_train_batches", "1")) == 0
+    capsys.readouterr()
+    missing = str(tmp_path / "no-such-folder")
+    args = tiny_args(tiny_mnist, tmp_path / "logs", "--data.source_dir", missing)
+    assert run_main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: data.source_dir: {missing} is not a folder; give the folder holding the archives"
+                   " (see --help)"]
+    assert len(run_dirs(tmp_path / "logs")) == 1
