@@ -120,6 +120,16 @@ class Preempt(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillAt(Callback):
+    """Test-only callback: ``kill -9`` of its own process after training step ``KILL_AT`` (a crash or an OOM
+    kill mid-epoch, at a known point however fast the machine). Inactive unless ``KILL_AT`` is set."""
+
+    def on_train_batch_end(self, trainer, *args, **kwargs):
+        at = os.environ.get("KILL_AT")
+        if at is not None and trainer.global_step == int(at):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class SleepAtEpoch(Callback):
     """Sleeps at the start of epoch 1 when ``SWEEP_TEST_SLEEP`` is set: a trial to kill after its first
     checkpoint (``--trainer.callbacks+=helpers.SleepAtEpoch``, ``tests/`` on ``PYTHONPATH``)."""

@@ -96,16 +96,13 @@ def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(fashion_dat
     ]  # fmt: skip
     straight = run_module([*base, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "project.fit", *base, "--trainer.logger.init_args.save_dir", "b"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    # killed at step 50, mid-epoch 1 (40 steps an epoch): at a known point, however fast the machine trains
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KILL_AT": "50", "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO}"}
+    killed = [*base, "--trainer.logger.init_args.save_dir", "b", "--trainer.callbacks+=helpers.KillAt"]
+    proc = subprocess.run([sys.executable, "-m", "project.fit", *killed], cwd=tmp_path, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL
     ckpt_dir = tmp_path / "b" / "fashion_mnist" / "version_0" / "checkpoints"
-    deadline = time.time() + 300
-    while not (ckpt_dir / "last.ckpt").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    time.sleep(1.0)  # well into the next epoch
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
     last = ckpt_dir / "last.ckpt"
     ckpt = torch.load(last, map_location="cpu", weights_only=False)
     assert ckpt["epoch"] in (0, 1) and "state_dict" in ckpt
