@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import warnings
@@ -23,6 +24,7 @@ from jsonargparse import ArgumentError
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters, cluster, ddp  # noqa: F401  (ddp: every ddp* strategy name binds its rendezvous to one address)
 from project.callbacks import CudnnFlags, Pruning, RunCheckpoint, Throughput
@@ -103,7 +105,10 @@ class RunConfig(SaveConfigCallback):
         if runs.holds_run(log_dir):
             k = len(list(log_dir.glob("config-resume-*.yaml"))) + 1
             name = f"config-resume-{k}.yaml"
-        runs.write_text(log_dir / name, self.parser.dump(self.config, skip_none=False))
+        config = self.config.clone()
+        if config.get("trust_checkpoint"):  # a one-time decision about one file, not a setting to pass on
+            config.trust_checkpoint = False
+        runs.write_text(log_dir / name, self.parser.dump(config, skip_none=False))
 
 
 # Lightning 2.6's own pytree helper (lightning/pytorch/utilities/_pytree.py) builds torch's deprecated
@@ -257,6 +262,19 @@ class ProjectCLI(LightningCLI):
         if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
             # TensorBoard's graph is a torch.jit.trace, which cannot trace a torch.compile'd forward.
             logger.init_args.log_graph = False
+        plugins = cfg.trainer.get("plugins") or []
+        if not any(_names_subclass(p, CheckpointIO) for p in (plugins if isinstance(plugins, list) else [plugins])):
+            raise ConfigError(
+                "trainer.plugins: no CheckpointIO; checkpoints are written whole (temporary file, then rename) by "
+                "project.callbacks.LocalAtomicCheckpointIO: keep it in the list (add plugins with "
+                "--trainer.plugins+=CLASS) or give your own CheckpointIO"
+            )
+        loggers = cfg.trainer.logger if isinstance(cfg.trainer.logger, list) else [cfg.trainer.logger]
+        if cfg.get("metrics_csv") is not None and any(_names_subclass(lg, CSVLogger) for lg in loggers):
+            raise ConfigError(
+                "trainer.logger: Lightning's CSVLogger writes metrics.csv into the run folder, as the run's "
+                "metrics_csv callback does; keep one of them (--metrics_csv null, or the TensorBoard logger)"
+            )
         if cfg.get("throughput") is None:
             raise ConfigError(
                 "throughput: null removes the callback that measures results.json's train_samples_per_s and "
@@ -341,14 +359,6 @@ class ProjectCLI(LightningCLI):
         return super()._instantiate_trainer(config, callbacks)
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
-        plugins = self.config_init.trainer.get("plugins") or []
-        plugins = plugins if isinstance(plugins, list) else [plugins]
-        if not any(isinstance(p, CheckpointIO) for p in plugins):
-            raise ConfigError(
-                "trainer.plugins: no CheckpointIO; checkpoints are written whole (temporary file, then rename) by "
-                "project.callbacks.LocalAtomicCheckpointIO: keep it in the list (add plugins with "
-                "--trainer.plugins+=CLASS) or give your own CheckpointIO"
-            )
         with warnings.catch_warnings():
             # Lightning says this as a long UserWarning with a source line; we say it once, plainly, below.
             warnings.filterwarnings("ignore", message=".*AMP with fp16 is not supported on CPU.*")
@@ -364,6 +374,19 @@ class ProjectCLI(LightningCLI):
                 trainer.precision,
             )
         return trainer
+
+
+def _names_subclass(item: Any, base: type) -> bool:
+    """Whether a parsed (not yet instantiated) config item names a subclass of ``base`` by its ``class_path``."""
+    path = getattr(item, "class_path", None)
+    if not isinstance(path, str):
+        return False
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, base)
 
 
 def check_config_files(args: Any) -> None:

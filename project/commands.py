@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+from jsonargparse import ArgumentParser
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project import runs
@@ -63,6 +65,12 @@ class Command:
     @property
     def usage(self) -> str:
         return f"{self.prog} {self.positionals} [--ckpt CKPT] [options] [--model.* --data.* --trainer.* overrides]"
+
+    def option_names(self) -> set[str]:
+        """The keys the command adds to the parser (``run``, ``ckpt`` and its own)."""
+        parser = ArgumentParser()
+        self.arguments(parser)
+        return set(parser.get_defaults().keys())
 
     def arguments(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("run", type=str, help="run folder (logs/<experiment>/version_N), experiment folder "
@@ -167,10 +175,49 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     Raises:
         ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
     """
+    config = runs.latest_config(run)
+    if command is not None:
+        check_command_line(command, args)
+        check_run_config(command, config)
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
-    return ProjectCLI(["--config", str(runs.latest_config(run)), *REBUILD, *overrides, *args], prog=prog,
+    return ProjectCLI(["--config", str(config), *REBUILD, *overrides, *args], prog=prog,
                       command_options=options, usage=command.usage if command is not None else None)  # fmt: skip
+
+
+def check_command_line(command: Command, args: list[str]) -> None:
+    """Refuse what a run-folder command cannot honour: fit's ``--ckpt_path`` (resume) and a logger (the command
+    writes no run folder; a logger would start a fake one).
+
+    Raises:
+        ConfigError: naming the option and what to use instead.
+    """
+    for arg in args:
+        key = arg.split("=", 1)[0]
+        if key == "--ckpt_path":
+            raise ConfigError(f"--ckpt_path is fit's resume option; {command.prog} takes --ckpt best, last or a file")
+        if key == "--trainer.logger" or key.startswith("--trainer.logger."):
+            raise ConfigError(f"{key}: {command.prog} writes no run folder and takes no logger; drop it")
+
+
+def check_run_config(command: Command, config: Path) -> None:
+    """Refuse a run config that sets one of the command's own options (``ckpt``, ``out``, ``inputs``, ...): fit
+    never writes them, so such a key was added by hand, and it would choose silently what the command reads or
+    writes. The command's options come from its command line only.
+
+    Raises:
+        ConfigError: naming the file and the key.
+    """
+    try:
+        keys = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError):
+        return  # the parser reports an unreadable config with the file, line and column
+    clash = sorted(set(keys) & command.option_names()) if isinstance(keys, dict) else []
+    if clash:
+        raise ConfigError(
+            f"{config}: {clash[0]} is an option of {command.prog}, not a run setting (fit never writes it); "
+            "remove it from the run's config and give it on the command line"
+        )
 
 
 def leading_positionals(argv: list[str]) -> list[str]:

@@ -147,11 +147,15 @@ def export(job: RunJob) -> dict[str, Any]:
     out = Path(options.out) if options.out else job.run / f"model-{job.ckpt_name}{FORMATS[fmt]}"
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file name")
+    runs.check_folder(out.parent, "--out", keep=True)  # writable, before anything is exported
     model = job.cli.model.cpu().eval()
     x = test_batch(job.cli)
     out.parent.mkdir(parents=True, exist_ok=True)
     # a name reserved exclusively (never a planted link); the exporter then writes our own empty file
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".tmp{FORMATS[fmt]}")
+    try:
+        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".tmp{FORMATS[fmt]}")
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write it ({e.strerror or e}); choose another file") from None
     os.close(fd)
     os.chmod(name, 0o644)
     tmp = Path(name)

@@ -79,6 +79,9 @@ def predict(job: RunJob) -> int:
     """
     model, data, options = job.cli.model, job.cli.datamodule, job.options
     out = Path(options.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {options.out!r} is a folder; give a file name")
+    runs.check_folder(out.parent, "--out", keep=True)  # writable, before anything is classified
     image_files(options.inputs)  # a missing input is a usage error, before anything is classified
     limit = job.cli.trainer.limit_predict_batches
     if not (limit is None or (isinstance(limit, float) and limit == 1.0)):  # 0 crashed; others dropped images
@@ -91,16 +94,18 @@ def predict(job: RunJob) -> int:
     rows = 0
     if len(images):
         fields = ["path", "pred", "label", "prob"] + [f"top{i}_{x}" for i in range(1, k + 1) for x in ("label", "prob")]
-        out.parent.mkdir(parents=True, exist_ok=True)
         # whole or not at all, never through a planted link (project.runs.atomic_file)
-        with runs.atomic_file(out) as raw:
-            f = io.TextIOWrapper(raw, newline="", write_through=True)
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            rows_out = CsvRows(writer, images.files, classes, k)
-            job.cli.trainer.callbacks.append(rows_out)
-            job.cli.trainer.predict(model, datamodule=data, return_predictions=False)
-            f.detach()  # the CSV is written through; atomic_file closes the file itself
+        try:
+            with runs.atomic_file(out) as raw:
+                f = io.TextIOWrapper(raw, newline="", write_through=True)
+                writer = csv.DictWriter(f, fieldnames=fields)
+                writer.writeheader()
+                rows_out = CsvRows(writer, images.files, classes, k)
+                job.cli.trainer.callbacks.append(rows_out)
+                job.cli.trainer.predict(model, datamodule=data, return_predictions=False)
+                f.detach()  # the CSV is written through; atomic_file closes the file itself
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot write it ({e.strerror or e}); choose another file") from None
         rows = rows_out.rows
     failed = len(images.refused)
     print(f"{rows} image(s) classified -> {out}" + (f"; {failed} refused" if failed else ""))

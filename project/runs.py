@@ -90,6 +90,10 @@ def run_of_checkpoint(ckpt: Path) -> Path | None:
 def checkpoint_of(run: Path, which: str = "last") -> Path:
     """``last.ckpt`` or the best checkpoint (by the run's ``results.json``, else the newest non-last file).
 
+    ``results.json``'s ``best_ckpt`` is data: only its file name is used, and only when it names a regular file
+    directly in this run's ``checkpoints/`` (a copied or moved run uses its own checkpoint, never the original's
+    nor any other path the file names).
+
     Raises:
         ConfigError: the run holds no such checkpoint.
     """
@@ -100,8 +104,9 @@ def checkpoint_of(run: Path, which: str = "last") -> Path:
             return path
     else:
         best = read_results(run).get("best_ckpt") if (run / RESULTS).is_file() else None
-        if best and Path(best).is_file():
-            return Path(best)
+        named = folder / Path(best).name if isinstance(best, str) and best else None
+        if named is not None and inside(folder, named) and named.is_file():
+            return named
         candidates = sorted(
             (p for p in folder.glob("*.ckpt") if p.name != "last.ckpt" and not p.name.startswith("hpc_ckpt_")),
             key=os.path.getmtime,
@@ -282,8 +287,9 @@ def resume_in_place(ckpt: Path, logger: Any) -> None:
 
 def latest_config(run: Path) -> Path:
     """The config the run last ran with: its newest ``config-resume-<k>.yaml``, else ``config.yaml``."""
-    resumes = sorted(run.glob("config-resume-*.yaml"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1]))
-    return resumes[-1] if resumes else run / "config.yaml"
+    numbered = (re.fullmatch(r"config-resume-(\d+)\.yaml", p.name) for p in run.glob("config-resume-*.yaml"))
+    resumes = sorted((int(m.group(1)), m.group(0)) for m in numbered if m)  # other names (a user's backup) aside
+    return run / resumes[-1][1] if resumes else run / "config.yaml"
 
 
 def read_results(run: Path) -> dict[str, Any]:
