@@ -22,7 +22,7 @@ import torch
 import yaml
 from jsonargparse import ArgumentError
 from lightning.fabric.plugins import CheckpointIO
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
@@ -64,6 +64,14 @@ RUN_CALLBACKS: dict[str, tuple[type, str]] = {
     "tensorboard_layout": (TensorBoardLayout, "project.report.TensorBoardLayout"),
     "metrics_csv": (EpochMetrics, "project.epoch_metrics.EpochMetrics"),
     "slurm_requeue": (cluster.SlurmRequeue, "project.cluster.SlurmRequeue"),
+}
+# What a callback in trainer.callbacks would duplicate a run callback by (Lightning's parents included).
+TWINS: dict[str, type] = {
+    "throughput": ThroughputMonitor,
+    "lr_monitor": LearningRateMonitor,
+    "tensorboard_layout": TensorBoardLayout,
+    "metrics_csv": EpochMetrics,
+    "slurm_requeue": cluster.SlurmRequeue,
 }
 # Run callbacks that write through the logger: left out of a Trainer without one (evaluate, predict, export,
 # ``--trainer.logger false``), where Lightning's LearningRateMonitor would refuse to start.
@@ -294,6 +302,14 @@ class ProjectCLI(LightningCLI):
                 "trainer.enable_checkpointing: false with ckpt_path: the resumed run would keep its old checkpoints "
                 "beside newer results; resume with checkpointing on"
             )
+        extra = cfg.trainer.get("callbacks") or []
+        for key, base in TWINS.items():
+            twin = next((c for c in (extra if isinstance(extra, list) else [extra]) if _names_subclass(c, base)), None)
+            if twin is not None and cfg.get(key) is not None:
+                raise ConfigError(
+                    f"trainer.callbacks: {twin.class_path} does what the run's {key} callback does (the same tags or "
+                    f"files twice); keep one: drop it from trainer.callbacks, or --{key} null"
+                )
         for key, (ok, allowed) in TRAINER_RANGES.items():
             value = cfg.trainer.get(key)
             if value is not None and not isinstance(value, bool) and not ok(value):

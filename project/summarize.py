@@ -46,7 +46,9 @@ DEFAULT_METRICS = ["test_acc", "best_val_acc", "train_samples_per_s", "sparsity"
 IGNORED = ("seed_everything", "data.seed", "trainer.logger", "data.data_dir", "data.source_dir", "data.download",
            "data.num_workers", "data.pin_memory", "data.persistent_workers", "ckpt_path", "trust_checkpoint",
            "trainer.enable_progress_bar", "trainer.enable_model_summary", "checkpoint.dirpath",
-           "trainer.default_root_dir")  # fmt: skip
+           "trainer.default_root_dir",
+           # the run callbacks that only log or record (project.cli.RUN_CALLBACKS): how a run is watched
+           "throughput", "lr_monitor", "tensorboard_layout", "metrics_csv", "slurm_requeue")  # fmt: skip
 
 
 

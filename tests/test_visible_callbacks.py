@@ -4,6 +4,7 @@ change or remove it, and what must stay is refused with one line (issue: everyth
 from __future__ import annotations
 
 import importlib
+import json
 
 import pytest
 import yaml
@@ -135,3 +136,35 @@ def test_a_source_dir_that_is_not_a_folder_is_refused_even_with_the_data_in_plac
     assert err == [f"error: data.source_dir: {missing} is not a folder; give the folder holding the archives"
                    " (see --help)"]
     assert len(run_dirs(tmp_path / "logs")) == 1
+
+
+@pytest.mark.parametrize(
+    "twin, key",
+    [
+        ("lightning.pytorch.callbacks.LearningRateMonitor", "lr_monitor"),
+        ('{"class_path": "lightning.pytorch.callbacks.ThroughputMonitor", "init_args": {"batch_size_fn": '
+         '"project.callbacks.batch_samples"}}', "throughput"),
+        ("project.callbacks.Throughput", "throughput"),
+        ("project.report.EpochMetrics", "metrics_csv"),
+        ("project.report.TensorBoardLayout", "tensorboard_layout"),
+    ],
+)
+def test_a_run_callback_twice_is_refused(twin, key, tiny_mnist, tmp_path, monkeypatch, capsys):
+    """Another copy of a run callback in trainer.callbacks would log the same tags (or write the same file) twice."""
+    monkeypatch.chdir(tmp_path)
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", f"--trainer.callbacks+={twin}")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"run's {key} callback" in err[0] and f"--{key} null" in err[0]
+    assert run_dirs(tmp_path / "logs") == []
+
+
+def test_summarize_groups_runs_that_differ_only_in_how_they_are_watched(tiny_mnist, tmp_path, monkeypatch):
+    from project import summarize
+
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    for extra in ([], ["--lr_monitor.log_momentum", "true", "--metrics_csv", "null", "--seed_everything", "7"]):
+        assert run_main(tiny_args(tiny_mnist, logs, "--trainer.limit_train_batches", "2", *extra)) == 0
+    assert summarize.main([str(logs)]) == 0
+    groups = json.loads((logs / "summary.json").read_text())
+    assert [g["runs"] for g in groups["groups"].values()] == [2]
