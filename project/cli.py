@@ -57,21 +57,14 @@ LIGHTNING_TENSORBOARD = (
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
 # The callbacks every run gets, each under its own key so that ``--print_config`` shows it and YAML or the command
 # line changes it (``--lr_monitor.log_momentum true``, another class by ``class_path``) or removes it
-# (``--lr_monitor null``). key -> (the class a replacement must subclass, the default's class path).
-RUN_CALLBACKS: dict[str, tuple[type, str]] = {
-    "throughput": (Throughput, "project.callbacks.Throughput"),
-    "lr_monitor": (LearningRateMonitor, "project.callbacks.StepLearningRateMonitor"),
-    "tensorboard_layout": (TensorBoardLayout, "project.report.TensorBoardLayout"),
-    "metrics_csv": (EpochMetrics, "project.epoch_metrics.EpochMetrics"),
-    "slurm_requeue": (cluster.SlurmRequeue, "project.cluster.SlurmRequeue"),
-}
-# What a callback in trainer.callbacks would duplicate a run callback by (Lightning's parents included).
-TWINS: dict[str, type] = {
-    "throughput": ThroughputMonitor,
-    "lr_monitor": LearningRateMonitor,
-    "tensorboard_layout": TensorBoardLayout,
-    "metrics_csv": EpochMetrics,
-    "slurm_requeue": cluster.SlurmRequeue,
+# (``--lr_monitor null``). key -> (the class a replacement must subclass, the default's class path, the class a
+# callback in trainer.callbacks duplicates it by: Lightning's parents included).
+RUN_CALLBACKS: dict[str, tuple[type, str, type]] = {
+    "throughput": (Throughput, "project.callbacks.Throughput", ThroughputMonitor),
+    "lr_monitor": (LearningRateMonitor, "project.callbacks.StepLearningRateMonitor", LearningRateMonitor),
+    "tensorboard_layout": (TensorBoardLayout, "project.report.TensorBoardLayout", TensorBoardLayout),
+    "metrics_csv": (EpochMetrics, "project.epoch_metrics.EpochMetrics", EpochMetrics),
+    "slurm_requeue": (cluster.SlurmRequeue, "project.cluster.SlurmRequeue", cluster.SlurmRequeue),
 }
 # Run callbacks that write through the logger: left out of a Trainer without one (evaluate, predict, export,
 # ``--trainer.logger false``), where Lightning's LearningRateMonitor would refuse to start.
@@ -111,8 +104,8 @@ class RunConfig(SaveConfigCallback):
         log_dir.mkdir(parents=True, exist_ok=True)
         name = self.config_filename
         if runs.holds_run(log_dir):
-            k = len(list(log_dir.glob("config-resume-*.yaml"))) + 1
-            name = f"config-resume-{k}.yaml"
+            resumes = runs.resume_configs(log_dir)
+            name = f"config-resume-{resumes[-1][0] + 1 if resumes else 1}.yaml"
         config = self.config.clone()
         if config.get("trust_checkpoint"):  # a one-time decision about one file, not a setting to pass on
             config.trust_checkpoint = False
@@ -220,7 +213,7 @@ class ProjectCLI(LightningCLI):
         )
         parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.add_lightning_class_args(CudnnFlags, "cudnn")
-        for key, (base, _) in RUN_CALLBACKS.items():
+        for key, (base, _, _) in RUN_CALLBACKS.items():
             parser.add_lightning_class_args(base, key, subclass_mode=True, required=False)
         # One seed: the split and shuffling order follow seed_everything.
         parser.link_arguments("seed_everything", "data.init_args.seed")
@@ -237,7 +230,7 @@ class ProjectCLI(LightningCLI):
                 "checkpoint.filename": "epoch{epoch:02d}-val_acc{val/acc:.4f}",
                 "checkpoint.auto_insert_metric_name": False,
                 "trainer.plugins": DEFAULT_PLUGINS,
-                **{key: {"class_path": path} for key, (_, path) in RUN_CALLBACKS.items()},
+                **{key: {"class_path": path} for key, (_, path, _) in RUN_CALLBACKS.items()},
             }
         )
         if self.command_options is not None:
@@ -261,7 +254,7 @@ class ProjectCLI(LightningCLI):
             )
         if cfg.auto_precision and cfg.trainer.precision is None:
             cfg.trainer.precision = fastest_precision(cfg.trainer.accelerator)
-        for item in cfg.trainer.logger if isinstance(cfg.trainer.logger, list) else [cfg.trainer.logger]:
+        for item in _as_list(cfg.trainer.logger):
             # Lightning's TensorBoardLogger (its shorthand `--trainer.logger TensorBoardLogger` or its class path)
             # runs as the project's drop-in subclass: same arguments and files, the project's TensorBoard fixes.
             if getattr(item, "class_path", None) in LIGHTNING_TENSORBOARD:
@@ -270,15 +263,13 @@ class ProjectCLI(LightningCLI):
         if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
             # TensorBoard's graph is a torch.jit.trace, which cannot trace a torch.compile'd forward.
             logger.init_args.log_graph = False
-        plugins = cfg.trainer.get("plugins") or []
-        if not any(_names_subclass(p, CheckpointIO) for p in (plugins if isinstance(plugins, list) else [plugins])):
+        if not any(_names_subclass(p, CheckpointIO) for p in _as_list(cfg.trainer.get("plugins"))):
             raise ConfigError(
                 "trainer.plugins: no CheckpointIO; checkpoints are written whole (temporary file, then rename) by "
                 "project.callbacks.LocalAtomicCheckpointIO: keep it in the list (add plugins with "
                 "--trainer.plugins+=CLASS) or give your own CheckpointIO"
             )
-        loggers = cfg.trainer.logger if isinstance(cfg.trainer.logger, list) else [cfg.trainer.logger]
-        if cfg.get("metrics_csv") is not None and any(_names_subclass(lg, CSVLogger) for lg in loggers):
+        if cfg.get("metrics_csv") is not None and any(_names_subclass(lg, CSVLogger) for lg in _as_list(logger)):
             raise ConfigError(
                 "trainer.logger: Lightning's CSVLogger writes metrics.csv into the run folder, as the run's "
                 "metrics_csv callback does; keep one of them (--metrics_csv null, or the TensorBoard logger)"
@@ -302,9 +293,9 @@ class ProjectCLI(LightningCLI):
                 "trainer.enable_checkpointing: false with ckpt_path: the resumed run would keep its old checkpoints "
                 "beside newer results; resume with checkpointing on"
             )
-        extra = cfg.trainer.get("callbacks") or []
-        for key, base in TWINS.items():
-            twin = next((c for c in (extra if isinstance(extra, list) else [extra]) if _names_subclass(c, base)), None)
+        extra = _as_list(cfg.trainer.get("callbacks"))
+        for key, (_, _, same) in RUN_CALLBACKS.items():
+            twin = next((c for c in extra if _names_subclass(c, same)), None)
             if twin is not None and cfg.get(key) is not None:
                 raise ConfigError(
                     f"trainer.callbacks: {twin.class_path} does what the run's {key} callback does (the same tags or "
@@ -390,6 +381,11 @@ class ProjectCLI(LightningCLI):
                 trainer.precision,
             )
         return trainer
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A config value that is one item, a list of them, or unset (None/false) as a list."""
+    return value if isinstance(value, list) else [value] if value else []
 
 
 def _names_subclass(item: Any, base: type) -> bool:

@@ -285,11 +285,17 @@ def resume_in_place(ckpt: Path, logger: Any) -> None:
         logger.init_args.version = version_of(run)
 
 
+def resume_configs(run: Path) -> list[tuple[int, Path]]:
+    """The run's ``config-resume-<k>.yaml`` files as ``(k, path)``, oldest first; other names (a user's backup such
+    as ``config-resume-old.yaml``) are not configs of the run."""
+    numbered = (re.fullmatch(r"config-resume-(\d+)\.yaml", p.name) for p in run.glob("config-resume-*.yaml"))
+    return sorted((int(m.group(1)), run / m.group(0)) for m in numbered if m)
+
+
 def latest_config(run: Path) -> Path:
     """The config the run last ran with: its newest ``config-resume-<k>.yaml``, else ``config.yaml``."""
-    numbered = (re.fullmatch(r"config-resume-(\d+)\.yaml", p.name) for p in run.glob("config-resume-*.yaml"))
-    resumes = sorted((int(m.group(1)), m.group(0)) for m in numbered if m)  # other names (a user's backup) aside
-    return run / resumes[-1][1] if resumes else run / "config.yaml"
+    resumes = resume_configs(run)
+    return resumes[-1][1] if resumes else run / "config.yaml"
 
 
 def read_results(run: Path) -> dict[str, Any]:
