@@ -48,13 +48,16 @@ from PIL import Image
 from torch.nn.utils import prune
 from torch.utils.data import Dataset
 
+from benchmarks.report import write_report
 from project import data as data_mod
-from project import runs
-from project.callbacks import synced_time
-from project.cli import ProjectCLI, exit_with, explain_parse_error
+from project.callbacks.slim import StructuredPruning, slim
+from project.callbacks.training import synced_time
+from project.cli.entry import exit_with
+from project.cli.parse_errors import explain_parse_error
+from project.cli.parser import ProjectCLI
 from project.errors import ArgumentParser, DataError, UserError
 from project.module import ImageClassifier
-from project.slim import StructuredPruning, macs_per_sample, slim, train_flops_per_sample
+from project.nets import macs_per_sample, train_flops_per_sample
 
 log = logging.getLogger("benchmarks.bench")
 
@@ -266,7 +269,7 @@ class Bench:
                              prog="python -m benchmarks.bench")  # fmt: skip
             cb = next((c for c in cli.trainer.callbacks if isinstance(c, StructuredPruning)), None)
             if cb is None:
-                raise UserError(f"--slim_config {self.slim_config}: it configures no project.slim.StructuredPruning")
+                raise UserError(f"--slim_config {self.slim_config}: it configures no project.callbacks.StructuredPruning")
             net = self.model().net
             cb.reference(net)
             slim(net, cb.keep_at(cb.end_epoch), cb.norm, cb.layer_types)
@@ -575,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         table += "\nDense vs pruned (× = speed relative to the dense net):\n\n" + comparison
     meta = {"flops_per_sample": bench.flops_per_sample, "gemm_gflops": bench.ceiling,
             "fp32_gemm_gflops_per_round": bench.fp32_gemm, "nets": nets}  # fmt: skip
-    runs.write_report(Path(args.out), {"header": header, **meta, "rows": rows}, table)
+    write_report(Path(args.out), {"header": header, **meta, "rows": rows}, table)
     return 0
 
 

@@ -45,8 +45,8 @@ import yaml
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import project
+from benchmarks.report import write_report
 from project import data as data_mod
-from project import runs
 from project.errors import ArgumentParser, UserError
 
 # config data.class_path (last part) -> recipe_loop --dataset
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     table = markdown(report["rows"], report["header"], report["load_avg_before_runs"])
-    runs.write_report(Path(args.out), report, table)
+    write_report(Path(args.out), report, table)
     return 0
 
 

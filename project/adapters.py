@@ -137,3 +137,11 @@ def cpu_has_native_bf16() -> bool:
     """``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: whether oneDNN runs bf16 natively here (AVX512-BF16 or
     AMX); torch has no public query."""
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def to_builtin(hparams: Any) -> None:
+    """Turn jsonargparse's typed numbers (``PositiveInt``, ...) in saved hyper-parameters into plain
+    ``int``/``float`` in place, so checkpoints load with PyTorch's safe unpickler."""
+    for key, value in list(hparams.items()):
+        if isinstance(value, int | float) and not isinstance(value, bool) and type(value) not in (int, float):
+            hparams[key] = int(value) if isinstance(value, int) else float(value)

@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from lightning.pytorch.cli import LightningArgumentParser
 
-from project import runs
-from project.commands import Command, RunJob, exit_with, load_weights, main_of  # noqa: F401  (load_weights: public here too)
+from project.cli.commands import Command, RunJob, main_of
+from project.cli.entry import exit_with
+from project.runs import files
 
 
 def add_arguments(parser: LightningArgumentParser) -> None:
@@ -50,7 +51,7 @@ def evaluate(job: RunJob) -> dict[str, Any]:
         "precision": cli.trainer.precision,
     }
     if cli.trainer.is_global_zero:
-        path = runs.write_json(job.run / f"eval-{job.ckpt_name}-{split}.json", out)
+        path = files.write_json(job.run / f"eval-{job.ckpt_name}-{split}.json", out)
         print(f"{split} acc {out['acc']:.4f}  loss {out['loss']:.4f}  ({out['samples']} samples) -> {path}")
     return out
 

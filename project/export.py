@@ -39,10 +39,11 @@ import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.pytorch.cli import LightningArgumentParser
 
-from project import runs
-from project.cli import ProjectCLI
-from project.commands import Command, RunJob, exit_with, main_of
+from project.cli.commands import Command, RunJob, main_of
+from project.cli.entry import exit_with
+from project.cli.parser import ProjectCLI
 from project.errors import ConfigError, UserError
+from project.runs import files
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts.pt", "pt2": ".pt2"}
 LATENCY_BATCHES = (1, 256)
@@ -147,7 +148,7 @@ def export(job: RunJob) -> dict[str, Any]:
     out = Path(options.out) if options.out else job.run / f"model-{job.ckpt_name}{FORMATS[fmt]}"
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file name")
-    runs.check_folder(out.parent, "--out", keep=True)  # writable, before anything is exported
+    files.check_folder(out.parent, "--out", keep=True)  # writable, before anything is exported
     model = job.cli.model.cpu().eval()
     x = test_batch(job.cli)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +199,7 @@ def export(job: RunJob) -> dict[str, Any]:
         existing = {}
     existing = existing if isinstance(existing, dict) else {}
     existing[fmt] = record
-    runs.write_json(path, existing)
+    files.write_json(path, existing)
     lat = record["latency_ms"]
     print(
         f"{fmt}: {out} ({record['bytes'] / 2**20:.2f} MiB, {record['gzip_bytes'] / 2**20:.2f} MiB gzip), "

@@ -22,11 +22,15 @@ from typing import Any
 import torch
 import yaml
 
-from project import report, runs
-from project.callbacks import ScheduledPruning
-from project.cli import ProjectCLI, exit_with, run_main
+from project import checkpoints
+from project.callbacks.pruning import ScheduledPruning
+from project.cli.entry import exit_with, run_main
+from project.cli.parser import ProjectCLI
 from project.errors import ConfigError
 from project.nets import build_net
+from project.report import results as run_report
+from project.report.run_logger import run_dir
+from project.runs import layout
 
 log = logging.getLogger("project")
 
@@ -82,15 +86,17 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
             f"(first differences: {diff}); resume with the run's own model and data settings"
         )
     sized = [s for s in ckpt.get("lr_schedulers", []) if s.get("total_steps") or s.get("T_max")]
-    run = runs.run_of_checkpoint(Path(ckpt_path))
+    run = layout.run_of_checkpoint(Path(ckpt_path))
     before: Any = None
-    if sized and run is not None and runs.latest_config(run).is_file():
+    if sized and run is not None and layout.latest_config(run).is_file():
         try:
-            before = yaml.safe_load(runs.latest_config(run).read_text())
+            before = yaml.safe_load(layout.latest_config(run).read_text())
         except yaml.YAMLError:
             before = None
         if not isinstance(before, dict) or not before:
-            log.warning("%s is empty or unreadable; the schedule's settings are not compared", runs.latest_config(run))
+            log.warning(
+                "%s is empty or unreadable; the schedule's settings are not compared", layout.latest_config(run)
+            )
     if isinstance(before, dict) and before:
         now = cli.config.as_dict()
         changed = [(k, _get(before, k), _get(now, k)) for k in SCHEDULE_KEYS if _get(before, k) != _get(now, k)]
@@ -116,26 +122,26 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
     """
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     ckpt_path = cli.config.ckpt_path
-    log_dir = report.run_dir(trainer)
+    log_dir = run_dir(trainer)
     if ckpt_path is not None:
-        ckpt = runs.load_checkpoint(ckpt_path, trust=cli.config.trust_checkpoint)
+        ckpt = checkpoints.load_checkpoint(ckpt_path, trust=cli.config.trust_checkpoint)
         check_resume(ckpt, ckpt_path, cli)
         max_epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else None
         done = max_epochs is not None and epochs_done(ckpt) >= max_epochs
         done = done or (trainer.max_steps not in (None, -1) and ckpt.get("global_step", 0) >= trainer.max_steps)
-        run = runs.run_of_checkpoint(Path(ckpt_path))
-        if done and run is not None and (run / runs.RESULTS).is_file():
-            results = runs.read_results(run)
+        run = layout.run_of_checkpoint(Path(ckpt_path))
+        if done and run is not None and (run / layout.RESULTS).is_file():
+            results = layout.read_results(run)
             if trainer.is_global_zero:
                 print(f"{run} already finished ({epochs_done(ckpt)} epochs); nothing to do", flush=True)
-                report.print_summary(results)
+                run_report.print_summary(results)
             return results
-    before = runs.snapshot(log_dir)
+    before = layout.snapshot(log_dir)
     try:
         trainer.fit(model, datamodule=data, ckpt_path=ckpt_path, weights_only=not cli.config.trust_checkpoint)
         if trainer.interrupted:
             return {}
-        pruning = report.callback(trainer, ScheduledPruning)
+        pruning = run_report.callback(trainer, ScheduledPruning)
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         # A pruning run is judged on its final, fully pruned (or slimmed) weights: its best val/acc may predate
         # pruning.
@@ -143,15 +149,15 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
         metrics = trainer.test(model, datamodule=data, ckpt_path=test_ckpt, verbose=False, weights_only=True)[0]
     except BaseException:
         if trainer.is_global_zero and log_dir is not None:
-            runs.undo_since(log_dir, before)
+            layout.undo_since(log_dir, before)
         raise
-    results = report.build_results(trainer, model, metrics, test_ckpt, cli.config)
+    results = run_report.build_results(trainer, model, metrics, test_ckpt, cli.config)
     if trainer.is_global_zero:
         if log_dir is not None:
-            report.log_hparams(trainer, model, results)
+            run_report.log_hparams(trainer, model, results)
             trainer.logger.finalize("success")
-            runs.write_results(log_dir, results)
-        report.print_summary(results)
+            layout.write_results(log_dir, results)
+        run_report.print_summary(results)
     return results
 
 

@@ -22,9 +22,9 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from project.adapters import to_builtin
 from project.errors import ConfigError, DivergenceError
 from project.nets import NETS, build_net
-from project.runs import to_builtin
 
 log = logging.getLogger("project")
 
@@ -49,7 +49,7 @@ class ImageClassifier(L.LightningModule):
         compile: compile the net's forward with ``torch.compile`` (``nn.Module.compile``, so parameter names,
             checkpoints and pruning are unchanged).
         widths: the net's layer widths, e.g. LeNet's ``{"channels": [20, 50], "hidden": [500]}``; default (null):
-            the recipe's. Structured pruning (:class:`project.slim.StructuredPruning`) narrows the net during
+            the recipe's. Structured pruning (:class:`project.callbacks.StructuredPruning`) narrows the net during
             training and records the new widths here, so checkpoints carry them in their hyper-parameters and
             :meth:`on_load_checkpoint` rebuilds the slimmed shape before the weights load strictly.
 
@@ -169,7 +169,7 @@ class ImageClassifier(L.LightningModule):
                 not match its weights.
         """
         if isinstance(checkpoint_path, str | os.PathLike) and hparams_file is None:
-            from project.runs import check_zip_records
+            from project.checkpoints import check_zip_records
 
             if weights_only is not False:
                 check_zip_records(checkpoint_path)
@@ -213,7 +213,7 @@ class ImageClassifier(L.LightningModule):
         widths = self.net.widths()
         key = repr(widths)
         if getattr(self, "_flops_key", None) != key:
-            from project.slim import train_flops_per_sample
+            from project.nets import train_flops_per_sample
 
             self._flops_key = key
             self._flops_per_sample = train_flops_per_sample(self.hparams.net, self.hparams.num_classes, widths)
@@ -289,7 +289,7 @@ class ImageClassifier(L.LightningModule):
         # compute() syncs across DDP ranks, so every rank holds the full-test-set matrix (rows: true class).
         self.test_confusion = self.test_confmat.compute().cpu()
         if self.trainer.is_global_zero:
-            from project.report import write_test_report
+            from project.report.figures import write_test_report
 
             write_test_report(self.trainer, self)
 

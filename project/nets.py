@@ -12,6 +12,7 @@ the slimmed net's ``state_dict`` loads strictly.
 from __future__ import annotations
 
 import inspect
+import io
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,3 +131,53 @@ def build_net(name: str, num_classes: int = 10, widths: dict[str, Any] | None = 
     if unknown:
         raise ValueError(f"model.widths: {name} has no width {unknown[0]!r}; its widths are {known}")
     return cls(num_classes=num_classes, **widths)
+
+
+def macs_per_sample(net_name: str, num_classes: int, widths: dict[str, Any] | None) -> int:
+    """Multiply-accumulates of one forward pass for one sample of the net with these widths.
+
+    Counted by ``torch.utils.flop_counter.FlopCounterMode`` (convolutions and matrix products; 1 MAC = 2 FLOPs;
+    bias additions, ReLU and pooling are not counted) on a copy built on the ``meta`` device, so it costs no
+    compute and works whatever the trained net's device, dtype or compilation. Recipe LeNet: 2,293,000.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        net = build_net(net_name, num_classes, widths)
+        x = torch.zeros(1, *net.input_shape)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        net(x)
+    return int(counter.get_total_flops()) // 2
+
+
+def train_flops_per_sample(net_name: str, num_classes: int, widths: dict[str, Any] | None) -> float:
+    """FLOPs of one training step per sample (forward + backward) of the net with these widths.
+
+    Lightning's ``measure_flops`` (``torch.utils.flop_counter``: convolutions and matrix products, 2 FLOPs per
+    multiply-accumulate) on a copy built on the ``meta`` device, a batch of 8 with the loss taken as the sum of the
+    logits: no compute, no gradients on the trained net. Recipe LeNet: 13,182,000 (about 3x the forward pass,
+    less the input gradient of the first layer, which is not needed). Read by the bench and by
+    ``ImageClassifier.flops_per_batch``.
+    """
+    from lightning.fabric.utilities.throughput import measure_flops
+
+    batch = 8
+    # callers may be under inference_mode (Lightning's ThroughputMonitor reads flops_per_batch there)
+    # (and under anomaly detection, which would read values that meta tensors do not have)
+    with torch.inference_mode(False), torch.enable_grad(), torch.autograd.set_detect_anomaly(False):
+        with torch.device("meta"):
+            net = build_net(net_name, num_classes, widths)
+            x = torch.zeros(batch, *net.input_shape)
+        return measure_flops(net, lambda: net(x), loss_fn=torch.Tensor.sum) / batch
+
+
+def count_params(net: nn.Module) -> int:
+    """Number of parameter elements (a slimmed net has fewer; zeros from unstructured pruning still count)."""
+    return sum(p.numel() for p in net.parameters())
+
+
+def weights_bytes(net: nn.Module) -> int:
+    """Bytes of ``torch.save(net.state_dict())``: the size of the weights alone on disk, uncompressed."""
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, buffer)
+    return buffer.getbuffer().nbytes

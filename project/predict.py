@@ -29,10 +29,11 @@ from jsonargparse.typing import PositiveInt
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.cli import LightningArgumentParser
 
-from project import runs
-from project.commands import Command, RunJob, exit_with, main_of
-from project.data.images import IMAGE_SUFFIXES, MAX_PIXELS, image_files, load_image  # noqa: F401  (public here too)
+from project.cli.commands import Command, RunJob, main_of
+from project.cli.entry import exit_with
+from project.data.images import image_files
 from project.errors import ConfigError, UserError
+from project.runs import files
 
 
 def add_arguments(parser: LightningArgumentParser) -> None:
@@ -81,7 +82,7 @@ def predict(job: RunJob) -> int:
     out = Path(options.out)
     if out.is_dir():
         raise ConfigError(f"--out {options.out!r} is a folder; give a file name")
-    runs.check_folder(out.parent, "--out", keep=True)  # writable, before anything is classified
+    files.check_folder(out.parent, "--out", keep=True)  # writable, before anything is classified
     image_files(options.inputs)  # a missing input is a usage error, before anything is classified
     limit = job.cli.trainer.limit_predict_batches
     if not (limit is None or (isinstance(limit, float) and limit == 1.0)):  # 0 crashed; others dropped images
@@ -96,7 +97,7 @@ def predict(job: RunJob) -> int:
         fields = ["path", "pred", "label", "prob"] + [f"top{i}_{x}" for i in range(1, k + 1) for x in ("label", "prob")]
         # whole or not at all, never through a planted link (project.runs.atomic_file)
         try:
-            with runs.atomic_file(out) as raw:
+            with files.atomic_file(out) as raw:
                 f = io.TextIOWrapper(raw, newline="", write_through=True)
                 writer = csv.DictWriter(f, fieldnames=fields)
                 writer.writeheader()

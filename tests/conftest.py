@@ -15,6 +15,7 @@ import pytest
 import torchvision
 
 from project import data as data_mod
+from project.data import archives
 
 FASHION_SOURCE = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 IDX_NAMES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
@@ -63,9 +64,9 @@ def make_tiny_mnist(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
             resources.append((f"{name}.gz", md5(gz)))
     for cls, key in ((torchvision.datasets.MNIST, "MNIST"), (torchvision.datasets.FashionMNIST, "FashionMNIST")):
         monkeypatch.setattr(cls, "resources", resources)
-        monkeypatch.setitem(data_mod.RAW_MD5, key, raw_md5)
+        monkeypatch.setitem(archives.RAW_MD5, key, raw_md5)
     # the published sizes bound decompression (raising=False: also runs against code without the table)
-    monkeypatch.setattr(data_mod.archives, "RAW_SIZES", {"MNIST": raw_sizes, "FashionMNIST": raw_sizes}, raising=False)
+    monkeypatch.setattr(archives, "RAW_SIZES", {"MNIST": raw_sizes, "FashionMNIST": raw_sizes}, raising=False)
     return {"source": source, "data": root / "data"}
 
 

@@ -16,7 +16,9 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, Mo
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project import adapters
-from project.callbacks import Pruning, RunCheckpoint, Throughput
+from project.callbacks.checkpoint import RunCheckpoint
+from project.callbacks.pruning import Pruning
+from project.callbacks.training import Throughput
 
 PACKAGE = REPO / "project"
 
@@ -68,7 +70,7 @@ def test_lightning_members_the_adapters_use_still_exist(tiny_mnist, tmp_path):
     assert list(params)[1:] == ["trainer", "monitor_candidates"]
     assert list(inspect.signature(ThroughputMonitor._compute).parameters)[1:] == ["trainer", "iter_num"]
     # the attributes, on live objects after a real (tiny) fit
-    from project.data import MNISTDataModule
+    from project.data.modules import MNISTDataModule
     from project.module import ImageClassifier
 
     pruning, ckpt, monitor, lr = Pruning(amount=0.5), RunCheckpoint(dirpath=tmp_path / "c"), Throughput(), None
@@ -99,7 +101,7 @@ def test_jsonargparse_and_torch_members_the_adapters_use_still_exist():
     # declared_type: the type jsonargparse checks a key against, for the one-line parse errors (project.entry)
     from jsonargparse.typing import PositiveInt
 
-    from project.data import MNISTDataModule
+    from project.data.modules import MNISTDataModule
 
     parser.add_class_arguments(MNISTDataModule, "data")
     assert adapters.declared_type(parser, "data.batch_size") is PositiveInt

@@ -8,7 +8,7 @@ import pytest
 from helpers import REPO
 
 from benchmarks import bench_e2e, recipe_loop
-from project.data import FashionMNISTDataModule, MNISTDataModule
+from project.data.modules import FashionMNISTDataModule, MNISTDataModule
 
 
 def result_line(out: str) -> dict:

@@ -8,8 +8,8 @@ import torch
 from helpers import LinearModel, linear_data, results, run_dirs, run_main, tiny_args
 from torch import nn
 
-from project.callbacks import Pruning, sparsity
-from project.cli import ProjectCLI
+from project.callbacks.pruning import Pruning, sparsity
+from project.cli.parser import ProjectCLI
 from project.fit import fit
 from project.module import ImageClassifier
 from project.nets import LeNet

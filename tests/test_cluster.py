@@ -91,7 +91,7 @@ PREPARE = """
 import logging, sys, time
 from pathlib import Path
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-from project.data import FashionMNISTDataModule
+from project.data.modules import FashionMNISTDataModule
 while not Path(sys.argv[3]).exists():  # start together
     time.sleep(0.005)
 FashionMNISTDataModule(data_dir=sys.argv[1], source_dir=sys.argv[2]).prepare_data()
@@ -103,8 +103,13 @@ def test_concurrent_prepare_on_shared_storage_imports_once(fashion_source, tmp_p
     """Several nodes' ``prepare_data`` on one shared folder at once: one import, the others wait, files intact."""
     data, go = tmp_path / "shared" / "data", tmp_path / "go"
     procs = [
-        subprocess.Popen([sys.executable, "-c", PREPARE, str(data), str(fashion_source), str(go)], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", PREPARE, str(data), str(fashion_source), str(go)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
         for _ in range(4)
     ]
     go.touch()
@@ -112,7 +117,7 @@ def test_concurrent_prepare_on_shared_storage_imports_once(fashion_source, tmp_p
     assert all(p.returncode == 0 for p in procs), outputs
     assert all(o.rstrip().endswith("ready") for o in outputs)
     assert sum(o.count("importing FashionMNIST") for o in outputs) == 1, outputs
-    from project.data import FashionMNISTDataModule
+    from project.data.modules import FashionMNISTDataModule
 
     dm = FashionMNISTDataModule(data_dir=str(data))
     dm.verify(md5=True)  # every file whole and as published

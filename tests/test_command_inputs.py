@@ -13,7 +13,8 @@ import pytest
 import yaml
 from helpers import REPO, run_dirs, run_main, tiny_args
 
-from project import evaluate, export, predict, runs
+from project import evaluate, export, predict
+from project.runs import layout
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ def test_stray_files_in_a_run_folder_are_not_configs_and_best_stays_inside(run_c
     monkeypatch.chdir(tmp_path)
     (run_copy / "config-resume-backup.yaml").write_text("not: [a config")
     (run_copy / "config-resume-1.yaml").write_text((run_copy / "config.yaml").read_text())
-    assert runs.latest_config(run_copy) == run_copy / "config-resume-1.yaml"
+    assert layout.latest_config(run_copy) == run_copy / "config-resume-1.yaml"
     # results.json names its best checkpoint by an absolute path: a copied run (or a planted path) uses only the
     # file name, inside this run's checkpoints/
     results = json.loads((run_copy / "results.json").read_text())
@@ -91,11 +92,11 @@ def test_stray_files_in_a_run_folder_are_not_configs_and_best_stays_inside(run_c
     elsewhere.parent.mkdir(parents=True)
     shutil.copy(run_copy / "checkpoints" / "last.ckpt", elsewhere)
     own = run_copy / "checkpoints" / results["best_ckpt"].rsplit("/", 1)[1]
-    assert runs.checkpoint_of(run_copy, "best") == own  # the original's absolute path points at the trained run
+    assert layout.checkpoint_of(run_copy, "best") == own  # the original's absolute path points at the trained run
     results["best_ckpt"] = str(elsewhere)
     (run_copy / "results.json").write_text(json.dumps(results))
-    assert runs.checkpoint_of(run_copy, "best") != elsewhere
-    assert runs.checkpoint_of(run_copy, "best").parent == run_copy / "checkpoints"
+    assert layout.checkpoint_of(run_copy, "best") != elsewhere
+    assert layout.checkpoint_of(run_copy, "best").parent == run_copy / "checkpoints"
 
 
 def test_a_csv_logger_beside_metrics_csv_is_refused_and_runs_without_it(tiny_mnist, tmp_path, monkeypatch, capsys):

@@ -15,6 +15,7 @@ from helpers import REPO, results, run_dirs, run_main, tiny_args
 from PIL import Image
 
 from project import evaluate, predict, summarize
+from project.summary import plots
 
 EVIL = """
 import os, sys, torch
@@ -66,13 +67,13 @@ def test_commands_leave_nothing_in_the_working_directory(trained, tiny_mnist, tm
 
 @pytest.mark.parametrize(
     "command",
-    ["evaluate", "predict", "export", "summarize", "sweep", "benchmarks.bench", "benchmarks.bench_e2e"],
+    ["evaluate", "predict", "export", "summarize", "sweep.study", "benchmarks.bench", "benchmarks.bench_e2e"],
 )
 def test_a_bad_command_line_is_one_error_line(command, tmp_path, capsys):
     """argparse's usage errors, like every other bad input: one line on stderr naming the problem, exit 2."""
     import importlib
 
-    main = importlib.import_module(command if "." in command else f"project.{command}").main
+    main = importlib.import_module(command if command.startswith("benchmarks") else f"project.{command}").main
     try:  # evaluate, predict and export hand unknown options to the run's config: the folder is refused first
         code = main([str(tmp_path), "--no_such_option", "1"])
     except SystemExit as e:
@@ -137,7 +138,7 @@ def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path,
 
 
 def test_predict_matches_the_test_path_and_refuses_hostile_images(trained, tiny_mnist, tmp_path, capsys):
-    from project.data import MNISTDataModule
+    from project.data.modules import MNISTDataModule
 
     dm = MNISTDataModule(data_dir=str(tiny_mnist["data"]), val_size=100)
     dm.setup("test")
@@ -165,8 +166,9 @@ def test_predict_matches_the_test_path_and_refuses_hostile_images(trained, tiny_
     assert names == ["big.jpg", "0.png", "1.png", "2.png", "3.png", "4.png", "5.png"]
     assert set(rows[0]) >= {"pred", "label", "prob", "top1_label", "top3_prob"}
     # the same predictions as the model on the test data path
-    from project.commands import cli_for_run
-    from project.runs import checkpoint_of, load_checkpoint
+    from project.checkpoints import load_checkpoint
+    from project.cli.commands import cli_for_run
+    from project.runs.layout import checkpoint_of
 
     cli = cli_for_run(trained, [], "test")
     cli.model.load_state_dict(load_checkpoint(checkpoint_of(trained, "best"))["state_dict"])
@@ -211,15 +213,16 @@ def test_summarize_groups_seeds_and_tells_configs_apart(tiny_mnist, tmp_path, mo
 
 
 def test_summarize_reads_the_validation_curve_from_event_files(trained):
-    steps, values = summarize.val_curves(trained)
+    steps, values = plots.val_curves(trained)
     assert len(steps) == 3 and steps == sorted(steps) and all(0 <= v <= 1 for v in values)
     assert max(values) == pytest.approx(results(trained)["best_val_acc"], abs=1e-6)
 
 
 def test_trainer_predict_works_on_the_test_set_and_on_files(trained, tiny_mnist, tmp_path):
     """``Trainer.predict(model, datamodule=dm)``: probabilities whose argmax gives the run's test accuracy."""
-    from project.commands import cli_for_run
-    from project.runs import checkpoint_of, load_checkpoint
+    from project.checkpoints import load_checkpoint
+    from project.cli.commands import cli_for_run
+    from project.runs.layout import checkpoint_of
 
     cli = cli_for_run(trained, [], "test")
     cli.model.load_state_dict(load_checkpoint(checkpoint_of(trained, "best"))["state_dict"])

@@ -5,7 +5,8 @@ import shutil
 import pytest
 import torch
 
-from project.data import CIFAR10DataModule, EpochBatches, FashionMNISTDataModule, MNISTDataModule
+from project.data.memory import EpochBatches
+from project.data.modules import CIFAR10DataModule, FashionMNISTDataModule, MNISTDataModule
 from project.errors import ConfigError, DataError
 
 

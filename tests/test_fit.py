@@ -7,7 +7,7 @@ import torch
 from helpers import REPO, results, run_dirs, run_main, run_module, tiny_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from project.cli import fastest_precision
+from project.cli.checks import fastest_precision
 from project.module import ImageClassifier
 from project.nets import LeNet
 
@@ -132,7 +132,7 @@ def test_lightnings_value_errors_are_bad_config_while_building_too():
     bug (traceback); a ValueError from anywhere else still is one."""
     import lightning as L
 
-    from project.entry import _exit_status
+    from project.cli.entry import _exit_status
 
     with pytest.raises(ValueError, match="barebones") as info:
         L.Trainer(barebones=True, logger=True)

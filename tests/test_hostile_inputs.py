@@ -22,7 +22,7 @@ from helpers import REPO, run_dirs, run_main, tiny_args
 from PIL import Image
 
 from project import evaluate, export, predict
-from project.data import CIFAR10DataModule, MNISTDataModule
+from project.data.modules import CIFAR10DataModule, MNISTDataModule
 from project.errors import DataError
 
 HUGE = {"channels": [20, 50], "hidden": [700_000]}  # LeNet's fc1 alone would be 700,000 x 800 floats: 2.1 GiB
@@ -65,10 +65,12 @@ def _craft(run, path, expand=False):
 
 COMMANDS = {
     "evaluate": lambda run, ckpt, tmp: evaluate.main([str(run), "--ckpt", str(ckpt)]),
-    "predict": lambda run, ckpt, tmp: predict.main([str(run), str(tmp / "x.png"), "--ckpt", str(ckpt),
-                                                    "--out", str(tmp / "p.csv")]),  # fmt: skip
-    "export": lambda run, ckpt, tmp: export.main([str(run), "--ckpt", str(ckpt), "--format", "torchscript",
-                                                  "--out", str(tmp / "m.ts.pt")]),  # fmt: skip
+    "predict": lambda run, ckpt, tmp: predict.main(
+        [str(run), str(tmp / "x.png"), "--ckpt", str(ckpt), "--out", str(tmp / "p.csv")]
+    ),  # fmt: skip
+    "export": lambda run, ckpt, tmp: export.main(
+        [str(run), "--ckpt", str(ckpt), "--format", "torchscript", "--out", str(tmp / "m.ts.pt")]
+    ),  # fmt: skip
 }
 
 
@@ -115,7 +117,7 @@ def test_load_from_checkpoint_refuses_huge_hyper_parameters_before_building(clai
 RSS_GROWTH = """
 import os, sys
 import torch  # imported before measuring: project.runs imports it only when a checkpoint is loaded
-from project import runs
+from project import checkpoints
 
 
 def rss_kib():  # resident memory now (Linux)
@@ -124,7 +126,7 @@ def rss_kib():  # resident memory now (Linux)
 
 before = rss_kib()
 try:
-    kept = runs.load_checkpoint(sys.argv[1])
+    kept = checkpoints.load_checkpoint(sys.argv[1])
 except Exception as e:
     print("refused:", " ".join(str(e).split()))
 print("grew_kib", rss_kib() - before)
@@ -233,8 +235,10 @@ def _info(name, size=0, kind=tarfile.REGTYPE, link=""):
     "extra, why",
     [
         ([(_info("cifar-10-batches-py", kind=tarfile.DIRTYPE), None)] * 40, "more than 16 members"),
-        ([(_info("cifar-10-batches-py/readme.html", kind=tarfile.SYMTYPE, link="data_batch_1"), None)],
-         "'cifar-10-batches-py/readme.html' is not a file"),
+        (
+            [(_info("cifar-10-batches-py/readme.html", kind=tarfile.SYMTYPE, link="data_batch_1"), None)],
+            "'cifar-10-batches-py/readme.html' is not a file",
+        ),
         ([(_info("cifar-10-batches-py/extra.bin", 3), b"abc")], "'cifar-10-batches-py/extra.bin' is not a file"),
         ([(_info("cifar-10-batches-py/data_batch_1", 3), b"abc")], "(twice)"),
     ],

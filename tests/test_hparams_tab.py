@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing import data_provider, plugin_event_mul
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups, metadata
 
-from project.report import HP_METRICS, HPARAMS_RUN
+from project.report.results import HP_METRICS, HPARAMS_RUN
 
 SWEPT = "model.optimizer.init_args.lr"
 STANDARD = {"net", "dataset", "optimizer", "lr", "weight_decay", "momentum", "lr_scheduler", "batch_size", "max_epochs",

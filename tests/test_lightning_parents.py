@@ -12,7 +12,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import Logger
 
-from project.callbacks import RunCheckpoint, StepLearningRateMonitor, Throughput
+from project.callbacks.checkpoint import RunCheckpoint
+from project.callbacks.training import StepLearningRateMonitor, Throughput
 
 
 class Recorder(Logger):
@@ -40,8 +41,15 @@ class Recorder(Logger):
 def fit(callback: L.Callback, model: L.LightningModule, steps: int = 4) -> Recorder:
     logger = Recorder()
     trainer = L.Trainer(
-        max_steps=steps, limit_val_batches=0, log_every_n_steps=1, logger=logger, callbacks=[callback],
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        max_steps=steps,
+        limit_val_batches=0,
+        log_every_n_steps=1,
+        logger=logger,
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
     )
     trainer.fit(model)
     return logger

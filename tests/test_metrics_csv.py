@@ -12,7 +12,8 @@ from helpers import run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from project import runs, summarize
+from project.runs import layout
+from project.summary import plots
 
 
 class Snapshot(Callback):
@@ -47,20 +48,20 @@ def test_metrics_csv_has_a_row_per_epoch_written_as_the_run_goes_and_kept_on_res
     assert [float(r["val/acc"]) for r in rows] == pytest.approx(tb, rel=1e-6)  # the values TensorBoard has
     old = tmp_path / "old" / "version_0"  # a run from before metrics.csv: summarize falls back to its event files
     shutil.copytree(run, old, ignore=shutil.ignore_patterns("metrics*.csv"))
-    steps, values = summarize.val_curves(old)
-    assert steps == [int(r["step"]) for r in runs.read_epoch_metrics(run)] and values == pytest.approx(tb)
+    steps, values = plots.val_curves(old)
+    assert steps == [int(r["step"]) for r in layout.read_epoch_metrics(run)] and values == pytest.approx(tb)
 
     assert run_main(tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "3", "--ckpt_path", str(run))) == 0
     resumed = read_csv(run / "metrics.csv")
     assert [r["epoch"] for r in resumed] == ["0", "1", "2"] and resumed[:2] == rows  # earlier epochs kept
-    assert [r["step"] for r in runs.read_epoch_metrics(run)] == [9, 19, 29]
+    assert [r["step"] for r in layout.read_epoch_metrics(run)] == [9, 19, 29]
 
 
 def test_summarize_reads_validation_curves_from_metrics_csv_not_event_files(tmp_path):
     run = tmp_path / "exp" / "version_0"
     run.mkdir(parents=True)
     (run / "metrics.csv").write_text("epoch,step,val/acc,train/acc\n0,10,0.5,0.4\n1,20,,0.6\n2,30,0.75,0.7\n")
-    assert summarize.val_curves(run) == ([10, 30], [0.5, 0.75])  # no event file here at all
-    assert summarize.val_curves(run, "train/acc") == ([10, 20, 30], [0.4, 0.6, 0.7])
+    assert plots.val_curves(run) == ([10, 30], [0.5, 0.75])  # no event file here at all
+    assert plots.val_curves(run, "train/acc") == ([10, 20, 30], [0.4, 0.6, 0.7])
     (run / "metrics.csv").write_text("epoch,step,val/acc\n0,x,0.5\nnot,a,row\n" + "1,20,0.6,extra\n")
-    assert summarize.val_curves(run) == ([20], [0.6])  # hostile cells are skipped, not trusted
+    assert plots.val_curves(run) == ([20], [0.6])  # hostile cells are skipped, not trusted

@@ -7,8 +7,9 @@ import pytest
 from jsonargparse import ArgumentError, ArgumentParser
 from jsonargparse.typing import PositiveInt
 
-from project.cli import ProjectCLI
-from project.entry import ParseError, _chain, _exit_status, _said, explain_parse_error
+from project.cli.entry import _exit_status
+from project.cli.parse_errors import ParseError, _chain, _said, explain_parse_error
+from project.cli.parser import ProjectCLI
 
 BASE = ["--data", "project.data.MNISTDataModule", "--model.optimizer", "torch.optim.SGD"]
 PRUNING = "--trainer.callbacks+=project.callbacks.Pruning"

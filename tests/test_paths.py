@@ -16,11 +16,11 @@ import torch
 from helpers import REPO, results, run_dirs, run_main, tiny_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from project.callbacks import Pruning
-from project.data import MNISTDataModule
+from project.callbacks.pruning import Pruning
+from project.data.modules import MNISTDataModule
 from project.module import ImageClassifier
 from project.nets import LeNet
-from project.runs import snapshot
+from project.runs.layout import snapshot
 
 ONECYCLE = ["--model.lr_scheduler", "torch.optim.lr_scheduler.OneCycleLR", "--model.lr_scheduler.max_lr", "0.05"]
 
@@ -53,9 +53,24 @@ SWITCHES = {
         {"sparsity": pytest.approx(0.5, abs=1e-3)},
     ),
     "all together": (
-        ["--config", str(REPO / "configs/pruning.yaml"), "--trainer.max_epochs", "2", "--data.in_memory", "true",
-         "--model.channels_last", "true", "--trainer.precision", "bf16-mixed", "--trainer.benchmark", "true",
-         "--cudnn.enabled", "false", "--trainer.enable_model_summary", "true"],
+        [
+            "--config",
+            str(REPO / "configs/pruning.yaml"),
+            "--trainer.max_epochs",
+            "2",
+            "--data.in_memory",
+            "true",
+            "--model.channels_last",
+            "true",
+            "--trainer.precision",
+            "bf16-mixed",
+            "--trainer.benchmark",
+            "true",
+            "--cudnn.enabled",
+            "false",
+            "--trainer.enable_model_summary",
+            "true",
+        ],
         {"in_memory": True, "channels_last": True, "precision": "bf16-mixed", "sparsity": pytest.approx(0.5, abs=1e-3)},
     ),  # fmt: skip
     # Trainer flags a user reaches for when debugging and profiling
@@ -316,7 +331,7 @@ def test_checkpoint_dirpath_on_a_url(tiny_mnist, tmp_path, monkeypatch):
 # -- the tuned configs run the fast path they declare -----------------------------------------------------------
 @pytest.mark.parametrize("config", ["mnist", "fashion_mnist", "cifar10"])
 def test_tuned_configs_use_their_fast_path(config, tiny_mnist, tiny_cifar, tmp_path, monkeypatch):
-    from project.cli import fastest_precision
+    from project.cli.checks import fastest_precision
 
     monkeypatch.chdir(tmp_path)
     paths = tiny_cifar if config == "cifar10" else tiny_mnist

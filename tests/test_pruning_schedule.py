@@ -8,10 +8,10 @@ import warnings
 import lightning as L
 import pytest
 
-from project.callbacks import Pruning, ScheduledPruning
+from project.callbacks.pruning import Pruning, ScheduledPruning
+from project.callbacks.slim import StructuredPruning
 from project.errors import ConfigError
 from project.module import ImageClassifier
-from project.slim import StructuredPruning
 
 KINDS = [Pruning, StructuredPruning]
 SHARED = ["target_at", "init_schedule", "warn_if_cut_short", "check_resume", "number_copies", "state_key"]

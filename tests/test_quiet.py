@@ -15,15 +15,18 @@ import pytest
 from helpers import run_main
 from PIL import Image
 
+from project import summarize
+from project.summary import plots, tables
+
 # A command run as `python -m project.<command>`, with the tiny data set's extracted files standing for MNIST's
 # published ones (the tests' data is not MNIST: its md5 and size tables are patched, here in the child process).
 LAUNCH = """
 import hashlib, runpy, sys
 from pathlib import Path
-from project import data
+from project.data import archives
 raw = Path(sys.argv.pop(1))
-data.RAW_MD5["MNIST"] = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
-data.archives.RAW_SIZES["MNIST"] = {p.name: p.stat().st_size for p in raw.iterdir()}
+archives.RAW_MD5["MNIST"] = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
+archives.RAW_SIZES["MNIST"] = {p.name: p.stat().st_size for p in raw.iterdir()}
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
@@ -109,7 +112,7 @@ def tensorboard_warnings(logdir: Path, caplog) -> list[str]:
 
 def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_warnings(fitted, tmp_path, caplog,
                                                                                         monkeypatch):  # fmt: skip
-    from project import data
+    from project.data import archives
 
     graphs = graph_events(fitted["run"])
     assert sum(graphs.values()) == 1, graphs  # fit and test are two stages (two event files), one graph
@@ -119,8 +122,8 @@ def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_
     run = tmp_path / "logs" / "tiny" / "version_0"
     shutil.copytree(fitted["run"], run)
     raw = fitted["raw"]
-    monkeypatch.setitem(data.RAW_MD5, "MNIST", {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()})
-    monkeypatch.setitem(data.archives.RAW_SIZES, "MNIST", {p.name: p.stat().st_size for p in raw.iterdir()})
+    monkeypatch.setitem(archives.RAW_MD5, "MNIST", {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()})
+    monkeypatch.setitem(archives.RAW_SIZES, "MNIST", {p.name: p.stat().st_size for p in raw.iterdir()})
     monkeypatch.chdir(tmp_path)
     config = (run / "config.yaml").read_text()
     assert str(fitted["run"].parent.parent) in config  # the copy's own folder is given below
@@ -135,7 +138,7 @@ def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_
 def test_summarize_reads_a_run_written_with_two_graphs_without_warnings(fitted, tmp_path, caplog):
     """A run from before the graph was written once (two graph events, as every run had) and before metrics.csv:
     summarize reads its validation curve from the event files, and says nothing about the graphs."""
-    from project import summarize
+    from project.summary import plots
 
     old = tmp_path / "old" / "version_0"
     shutil.copytree(fitted["run"], old, ignore=shutil.ignore_patterns("metrics*.csv", "hparams"))
@@ -144,7 +147,7 @@ def test_summarize_reads_a_run_written_with_two_graphs_without_warnings(fitted, 
     assert sum(graph_events(old).values()) == 2
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        steps, values = summarize.val_curves(old)
+        steps, values = plots.val_curves(old)
     assert len(steps) == 4 and len(values) == 4  # 2 epochs, each stream once
     assert [r.getMessage() for r in caplog.records] == []
     assert logging.getLogger("tensorboard").level == logging.NOTSET  # restored
@@ -153,7 +156,7 @@ def test_summarize_reads_a_run_written_with_two_graphs_without_warnings(fitted, 
 def test_the_banner_loggers_are_off_for_info_and_on_for_warnings():
     """Every logger Lightning prints its set-up banner with, the CUDA one (``LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES``)
     included, which a CPU machine never reaches."""
-    from project.cli import BANNER_LOGGERS, quiet_library_banners
+    from project.cli.entry import BANNER_LOGGERS, quiet_library_banners
 
     emitters = ["lightning.fabric.utilities.seed", "lightning.pytorch.utilities.rank_zero",
                 "lightning.fabric.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
@@ -170,6 +173,7 @@ def test_the_banner_loggers_are_off_for_info_and_on_for_warnings():
     finally:
         for name, level in saved.items():
             logging.getLogger(name).setLevel(level)
+
 
 def fake_run(folder: Path, i: int, experiment: str = "exp") -> None:
     """A finished run folder as ``fit`` leaves it for ``summarize`` (``config.yaml``, ``results.json``,
@@ -206,8 +210,6 @@ def test_summarize_labels_are_short_and_the_legend_sits_outside_the_plot(groups,
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from project import summarize
-
     for i in range(groups):
         fake_run(tmp_path / "logs", i)
     figures = {}
@@ -229,12 +231,12 @@ def test_summarize_labels_are_short_and_the_legend_sits_outside_the_plot(groups,
     (ax,) = fig.axes
     legend = fig.legends[0] if fig.legends else ax.get_legend()
     texts = [t.get_text() for t in legend.get_texts()]
-    assert len(texts) == min(groups, summarize.LEGEND_ENTRIES + 1)
-    assert all(len(t) <= summarize.LABEL_CHARS + len(" (n=1)") for t in texts), max(texts, key=len)
+    assert len(texts) == min(groups, plots.LEGEND_ENTRIES + 1)
+    assert all(len(t) <= plots.LABEL_CHARS + len(" (n=1)") for t in texts), max(texts, key=len)
     # keys by their short names, in the config's order; values abbreviated; the ones that do not fit counted
     assert texts[0] == "batch_size=32, val_size=5000, max_lr=0.0100, +12 more (n=1)" and len(set(texts)) == len(texts)
-    if groups > summarize.LEGEND_ENTRIES:
-        assert texts[-1] == f"... {groups - summarize.LEGEND_ENTRIES} more groups (summary.md)"
+    if groups > plots.LEGEND_ENTRIES:
+        assert texts[-1] == f"... {groups - plots.LEGEND_ENTRIES} more groups (summary.md)"
     canvas = FigureCanvasAgg(fig)  # the figure as saved (pyplot detached it from its canvas when closing it)
     canvas.draw()
     renderer = canvas.get_renderer()
@@ -245,20 +247,19 @@ def test_summarize_labels_are_short_and_the_legend_sits_outside_the_plot(groups,
 
 
 def test_short_labels_name_only_what_differs_and_stay_within_the_limit():
-    from project import summarize
 
     def group(**config):
-        return [summarize.Run(Path("x/version_0"), "exp", {}, config)]
+        return [tables.Run(Path("x/version_0"), "exp", {}, config)]
 
     long = "a" * 200
     groups = {"one": group(**{"model.optimizer": "torch.optim.SGD", "model.optimizer.lr": 0.01, "data.batch_size": 50,
                               "trainer.callbacks.Pruning.method": long}),
               "two": group(**{"model.optimizer": "torch.optim.AdamW", "model.optimizer.lr": 0.01, "data.batch_size": 64,
                               "trainer.callbacks.Pruning.method": long + "b"})}  # fmt: skip
-    short = summarize.short_labels(groups)
+    short = plots.short_labels(groups)
     assert short["one"] == "batch_size=50, optimizer=SGD, method=aaaaaaaaaaaaaaaaaaa…"
     assert short["two"] == "batch_size=64, optimizer=AdamW, method=aaaaaaaaaaaaaaaaaaa…"
-    cut = summarize.short_labels(groups, limit=30)
+    cut = plots.short_labels(groups, limit=30)
     assert cut == {"one": "batch_size=50, +2 more", "two": "batch_size=64, +2 more"}
-    assert summarize.short_labels({"one": groups["one"]}) == {"one": "exp"}  # nothing differs: the experiment
-    assert summarize.short_labels(groups, by=["lr", "batch_size"]) == {"one": "batch_size=50", "two": "batch_size=64"}
+    assert plots.short_labels({"one": groups["one"]}) == {"one": "exp"}  # nothing differs: the experiment
+    assert plots.short_labels(groups, by=["lr", "batch_size"]) == {"one": "batch_size=50", "two": "batch_size=64"}

@@ -157,9 +157,20 @@ def alive(pid: int) -> bool:
 )
 def test_kill_9_leaves_no_orphan_processes(fashion_data, tmp_path):
     """Loader workers, their fork server and the resource tracker all go when training is killed."""
-    args = ["--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-            "--data.in_memory", "false", "--data.num_workers", "2", "--data.persistent_workers", "true",
-            "--trainer.enable_progress_bar", "false"]
+    args = [
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--data.in_memory",
+        "false",
+        "--data.num_workers",
+        "2",
+        "--data.persistent_workers",
+        "true",
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     proc = subprocess.Popen([sys.executable, "-m", "project.fit", *args], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.time() + 120

@@ -16,8 +16,9 @@ import torch
 import yaml
 from helpers import REPO, results, run_dirs, run_main, tiny_args
 
-from project import evaluate, runs
+from project import checkpoints, evaluate
 from project.errors import ConfigError
+from project.runs import claims, files, layout
 
 
 def error_lines(capsys) -> list[str]:
@@ -28,8 +29,8 @@ def error_lines(capsys) -> list[str]:
 
 CLAIM_MANY = """
 import sys
-from project import runs
-print(*(runs.claim_run(sys.argv[1]) for _ in range(int(sys.argv[2]))), sep="\\n")
+from project.runs import claims
+print(*(claims.claim_run(sys.argv[1]) for _ in range(int(sys.argv[2]))), sep="\\n")
 """
 
 
@@ -45,7 +46,7 @@ def test_claim_run_gives_every_process_its_own_folder(tmp_path):
         assert p.returncode == 0, err[-2000:]
         claimed += out.split()
     assert len(claimed) == 120 and len(set(claimed)) == 120
-    assert sorted(runs.version_of(Path(c)) for c in claimed) == list(range(120))
+    assert sorted(layout.version_of(Path(c)) for c in claimed) == list(range(120))
 
 
 def test_claim_run_skips_files_and_never_takes_a_folder_that_holds_a_run(tmp_path):
@@ -53,13 +54,13 @@ def test_claim_run_skips_files_and_never_takes_a_folder_that_holds_a_run(tmp_pat
     (experiment / "version_0").mkdir(parents=True)
     (experiment / "version_0" / "config.yaml").write_text("{}")
     (experiment / "version_3").write_text("a file named like a run")
-    assert runs.claim_run(experiment) == experiment / "version_4"
+    assert claims.claim_run(experiment) == experiment / "version_4"
     with pytest.raises(ConfigError, match="already holds a run"):
-        runs.claim_run(experiment, version=0)
+        claims.claim_run(experiment, version=0)
     # a sweep's prepared trial folder (no config.yaml yet) is taken as it is
     (experiment / "version_7").mkdir()
     (experiment / "version_7" / "trial.json").write_text("{}")
-    assert runs.claim_run(experiment, version=7) == experiment / "version_7"
+    assert claims.claim_run(experiment, version=7) == experiment / "version_7"
 
 
 @pytest.mark.slow
@@ -143,7 +144,7 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
     crafted = ckpt_dir / "crafted.ckpt"
     torch.save(ckpt, crafted)
     link.unlink()  # the run folder itself holds no link: the paths in the state are the attack
-    runs.load_checkpoint(crafted)  # loads with the safe unpickler
+    checkpoints.load_checkpoint(crafted)  # loads with the safe unpickler
     args = tiny_args(tiny_mnist, logs, "--checkpoint.save_top_k", "1", "--trainer.max_epochs", "3",
                      "--ckpt_path", str(crafted))  # fmt: skip
     assert run_main(args) == 0
@@ -154,7 +155,7 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
 
 
 def test_checkpoint_io_removes_only_single_files(tmp_path):
-    from project.callbacks import LocalAtomicCheckpointIO
+    from project.callbacks.checkpoint import LocalAtomicCheckpointIO
 
     folder, target, link = tmp_path / "folder.ckpt", tmp_path / "target.txt", tmp_path / "link.ckpt"
     plant(folder / "sub" / "x", target, link)
@@ -173,10 +174,10 @@ def test_atomic_writes_never_follow_a_planted_link(tmp_path):
     victim.write_text("secret")
     for name in (".results.json.tmp", "results.json", ".eval-best-test.json.tmp", "config.yaml"):
         (run / name).symlink_to(victim)
-    runs.write_json(run / "results.json", {"a": 1})
-    runs.write_text(run / "config.yaml", "b: 2\n")
+    files.write_json(run / "results.json", {"a": 1})
+    files.write_text(run / "config.yaml", "b: 2\n")
     assert victim.read_text() == "secret"
-    assert not (run / "results.json").is_symlink() and runs.read_results(run) == {"a": 1}
+    assert not (run / "results.json").is_symlink() and layout.read_results(run) == {"a": 1}
     assert (run / "config.yaml").read_text() == "b: 2\n"
     assert sorted(p.name for p in run.iterdir() if not p.is_symlink()) == ["config.yaml", "results.json"]
 
@@ -188,9 +189,9 @@ def test_a_write_killed_midway_leaves_the_old_file(tmp_path, monkeypatch):
     def killed(fd):
         raise KeyboardInterrupt  # a signal between the write and the rename
 
-    monkeypatch.setattr(runs.os, "fsync", killed)
+    monkeypatch.setattr(files.os, "fsync", killed)
     with pytest.raises(KeyboardInterrupt):
-        runs.write_text(path, "new: 2\n" * 1000)
+        files.write_text(path, "new: 2\n" * 1000)
     assert path.read_text() == "old: 1\n" and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
@@ -262,11 +263,11 @@ def test_config_killed_while_written_leaves_no_empty_config_and_a_retry_continue
             raise SystemExit(137)  # the worker was killed between writing and renaming
         return real_replace(src, dst)
 
-    monkeypatch.setattr(runs.os, "replace", killed_on_config)
+    monkeypatch.setattr(files.os, "replace", killed_on_config)
     args = tiny_args(tiny_mnist, logs, "--trainer.logger.init_args.version", "5")  # a sweep trial's folder
     with pytest.raises(SystemExit):
         run_main(args)
-    monkeypatch.setattr(runs.os, "replace", real_replace)
+    monkeypatch.setattr(files.os, "replace", real_replace)
     run = logs / "tiny" / "version_5"
     assert not (run / "config.yaml").exists() and not [p for p in run.rglob("*.tmp")]
     assert run_main(args) == 0  # the retry takes the folder that holds no run yet

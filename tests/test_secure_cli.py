@@ -25,11 +25,15 @@ from lightning.pytorch.callbacks import Callback
 from sqlalchemy.engine import make_url
 from test_paths import SWITCHES
 
-import project.cli
-from project import sweep, sweep_file
-from project.callbacks import Pruning
-from project.cli import ProjectCLI
+import project.cli.parser
+from project.callbacks.pruning import Pruning
+from project.cli.parser import ProjectCLI
 from project.report import RunTensorBoardLogger
+from project.sweep import config as sweep_config
+from project.sweep import file as sweep_file
+from project.sweep import storage as sweep_storage
+from project.sweep import study as sweep_study
+from project.sweep import trial as sweep_trial
 
 # -- YAML syntax errors name the file, line and column --------------------------------------------------------
 
@@ -53,13 +57,13 @@ def test_yaml_syntax_error_names_file_line_and_column(tmp_path, capsys, form):
 def test_sweep_file_yaml_syntax_error_names_file_line_and_column(tmp_path, capsys):
     path = tmp_path / "sw.yaml"
     path.write_text("name: x\nspace: {a: [1, 2}\n")
-    assert sweep.main(["--config", str(path)]) == 2
+    assert sweep_study.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: --config: {path}, line 2, column 17: not valid YAML")
     bad = tmp_path / "bad.yaml"
     bad.write_text("trainer:\n  max_epochs: 1\n\tfoo: 2\n")
     path.write_text(yaml.safe_dump({"name": "x", "base": {"config": [str(bad)]}, "space": {"model.lr": [1, 2]}}))
-    assert sweep.main(["--config", str(path)]) == 2
+    assert sweep_study.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: base: {bad}, line 3, column 1: not valid YAML")
     assert not (tmp_path / "logs").exists()
@@ -166,7 +170,7 @@ def test_tuned_config_with_trainer_flags_under_each_auto_precision(tiny_mnist, t
     auto_precision would run it on a CUDA GPU (16-mixed; bf16-mixed on a CPU), a CPU with native bf16
     (bf16-mixed) and any other CPU (32-true)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(project.cli, "fastest_precision", lambda accelerator: picked)
+    monkeypatch.setattr(project.cli.parser, "fastest_precision", lambda accelerator: picked)
     args = [
         "--config", str(REPO / "configs/mnist.yaml"), *tiny_args(tiny_mnist, tmp_path / "logs"),
         "--model.optimizer", "torch.optim.AdamW", "--model.optimizer.fused", "true",
@@ -201,28 +205,30 @@ def smoke_file(folder: Path, name: str, **changes) -> Path:
 def fake_server(tmp_path, monkeypatch) -> str:
     """A PostgreSQL URL with a password whose study really lives in a SQLite file (the printing path is the same)."""
     url = f"postgresql+psycopg2://sweeper:{SECRET}@db.example:5432/sweeps"
-    real, db = sweep.open_storage, f"sqlite:///{tmp_path / 'study.db'}"
-    monkeypatch.setattr(sweep, "open_storage", lambda u, *a, **k: real(db if u == url else u, *a, **k))
+    real, db = sweep_storage.open_storage, f"sqlite:///{tmp_path / 'study.db'}"
+    monkeypatch.setattr(sweep_study, "open_storage", lambda u, *a, **k: real(db if u == url else u, *a, **k))
     return url
 
 
 def test_storage_password_stays_out_of_error_lines(tmp_path, monkeypatch, capsys, fake_server):
     monkeypatch.chdir(tmp_path)
     spec = smoke_file(tmp_path, "smoke")
-    assert sweep.main(["--config", str(spec), "--storage", fake_server, "--report"]) == 2  # no study yet
+    assert sweep_study.main(["--config", str(spec), "--storage", fake_server, "--report"]) == 2  # no study yet
     err = capsys.readouterr().err.strip()
     hidden = "postgresql+psycopg2://sweeper:***@db.example:5432/sweeps"
     assert err == f"error: no study 'smoke' in {hidden}; run the sweep first"
     sweep_ = sweep_file.load_sweep(spec)
-    base = sweep_file.resolve_base(sweep_, [])
-    sweep.load_or_create_study(sweep.Context(sweep_, base, fake_server, tmp_path / "logs" / "smoke", []), create=True)
+    base = sweep_config.resolve_base(sweep_, [])
+    sweep_study.load_or_create_study(
+        sweep_trial.Context(sweep_, base, fake_server, tmp_path / "logs" / "smoke", []), create=True
+    )
     other = smoke_file(tmp_path, "smoke", seeds=[7])  # the same study name from another sweep file
-    assert sweep.main(["--config", str(other), "--storage", fake_server, "--report"]) == 2
+    assert sweep_study.main(["--config", str(other), "--storage", fake_server, "--report"]) == 2
     err = capsys.readouterr().err.strip()
     assert "was created from another sweep file" in err and SECRET not in err and "sweeper:***@" in err
     # the same through OPTUNA_STORAGE (Optuna's own variable: the URL stays out of every process listing)
     monkeypatch.setenv("OPTUNA_STORAGE", fake_server)
-    assert sweep.main(["--config", str(other), "--report"]) == 2
+    assert sweep_study.main(["--config", str(other), "--report"]) == 2
     err = capsys.readouterr().err.strip()
     assert "was created from another sweep file" in err and SECRET not in err
 
@@ -233,16 +239,16 @@ def test_unreachable_storage_is_one_line_without_the_password(tmp_path, capsys):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"postgresql+psycopg2://sweeper:{SECRET}@127.0.0.1:{port}/sweeps"
-    assert sweep.main(["--config", str(spec), "--storage", url, "--report"]) == 2
+    assert sweep_study.main(["--config", str(spec), "--storage", url, "--report"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --storage postgresql+psycopg2://sweeper:***@127.0.0.1:{port}/")
     assert SECRET not in err[0]
 
 
 def test_shown_hides_passwords_in_urls_sqlalchemy_cannot_parse():
-    assert sweep.shown(f"weird://user:{SECRET}@host/x") == "weird://user:***@host/x"
-    assert sweep.shown(f"not a url //user:pa@ss{SECRET}@host/x") == "not a url //user:***@host/x"
-    assert sweep.shown("sqlite:////tmp/study.db") == "sqlite:////tmp/study.db"
+    assert sweep_storage.shown(f"weird://user:{SECRET}@host/x") == "weird://user:***@host/x"
+    assert sweep_storage.shown(f"not a url //user:pa@ss{SECRET}@host/x") == "not a url //user:***@host/x"
+    assert sweep_storage.shown("sqlite:////tmp/study.db") == "sqlite:////tmp/study.db"
 
 
 @pytest.mark.slow
@@ -352,7 +358,7 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
 def test_every_switch_under_each_auto_precision(name, picked, tiny_mnist, tmp_path, monkeypatch):
     """tests/test_paths.py's switch matrix, with auto_precision picking each precision it can pick."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(project.cli, "fastest_precision", lambda accelerator: picked)
+    monkeypatch.setattr(project.cli.parser, "fastest_precision", lambda accelerator: picked)
     extra, expected = SWITCHES[name]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--auto_precision", "true", *extra)) == 0
     (run,) = run_dirs(tmp_path / "logs")

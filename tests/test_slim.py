@@ -16,11 +16,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch import nn
 
 from project import evaluate, export, predict
-from project.commands import cli_for_run
+from project.callbacks.slim import StructuredPruning, kept, slim
+from project.cli.commands import cli_for_run, load_weights
 from project.errors import ConfigError
 from project.module import ImageClassifier
-from project.nets import LeNet, SimpleCNN, build_net
-from project.slim import StructuredPruning, kept, macs_per_sample, slim
+from project.nets import LeNet, SimpleCNN, build_net, macs_per_sample
 
 SLIM = str(REPO / "configs/slim.yaml")
 STEP_LR = ["--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.01", "--model.optimizer.momentum", "0.9",
@@ -125,8 +125,8 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
     # the commands rebuild the run's (dense) config; the whole checkpoint brings its widths, a bare state dict cannot
     cli = cli_for_run(run, [], "test")
     with pytest.raises(ConfigError, match="last.ckpt does not fit model.net=lenet"):
-        evaluate.load_weights(cli, last, ckpt["state_dict"])
-    evaluate.load_weights(cli, last, ckpt)
+        load_weights(cli, last, ckpt["state_dict"])
+    load_weights(cli, last, ckpt)
     assert cli.model.net.widths() == SLIM_LENET
     # evaluate reproduces the run's test accuracy
     assert evaluate.main([str(run), "--ckpt", "last"]) == 0
@@ -135,7 +135,7 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
     Image.new("L", (28, 28), 200).save(image)
     assert predict.main([str(run), str(image), "--ckpt", "last", "--out", str(tmp_path / "p.csv")]) == 0
     with torch.no_grad():
-        from project.data import MNISTDataModule
+        from project.data.modules import MNISTDataModule
 
         expected = int(model(MNISTDataModule().eval_transform()(Image.open(image)).unsqueeze(0)).argmax())
     assert (tmp_path / "p.csv").read_text().splitlines()[1].split(",")[1] == str(expected)
@@ -175,7 +175,7 @@ class Snapshot(L.Callback):
 
 
 def test_training_continues_after_slimming_with_the_schedule_in_place(tiny_mnist, tmp_path, monkeypatch):
-    from project.cli import ProjectCLI
+    from project.cli.parser import ProjectCLI
     from project.fit import fit
 
     monkeypatch.chdir(tmp_path)
@@ -196,7 +196,7 @@ def test_training_continues_after_slimming_with_the_schedule_in_place(tiny_mnist
 def slim_args(paths, logs, epochs, *extra):
     return tiny_args(
         paths, logs, "--trainer.max_epochs", str(epochs), *STEP_LR,
-        "--trainer.callbacks+=project.slim.StructuredPruning", "--trainer.callbacks.amount", "0.5",
+        "--trainer.callbacks+=project.callbacks.StructuredPruning", "--trainer.callbacks.amount", "0.5",
         "--trainer.callbacks.start_epoch", "1", "--trainer.callbacks.end_epoch", "2", *extra,
     )  # fmt: skip
 

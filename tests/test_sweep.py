@@ -18,8 +18,12 @@ import yaml
 from helpers import REPO, pruned_at_once
 from test_callbacks import tensorboard_hparams
 
-from project import summarize, sweep, sweep_file, sweep_report
+from project import summarize
 from project.errors import ConfigError
+from project.sweep import config as sweep_config
+from project.sweep import file as sweep_file
+from project.sweep import report as sweep_report
+from project.sweep import study as sweep_study
 
 SMOKE = REPO / "configs/sweeps/smoke.yaml"
 POSTGRES = os.environ.get("PROJECT_TEST_POSTGRES_URL")
@@ -69,7 +73,7 @@ def ran(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def test_a_bad_sweep_file_is_one_error_line_and_writes_nothing(change, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     path = write_sweep(tmp_path, **change)
-    assert sweep.main(["--config", str(path)]) == 2
+    assert sweep_study.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.yaml"]
@@ -97,7 +101,7 @@ def test_sweep_file_errors_name_the_file_the_key_and_what_it_takes(change, key, 
     key (a string where a number belongs was a traceback; the sampler or a range had no file)."""
     monkeypatch.chdir(tmp_path)
     path = write_sweep(tmp_path, **change)
-    assert sweep.main(["--config", str(path)]) == 2
+    assert sweep_study.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {path}: {key}: ") and allowed in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.yaml"]
@@ -105,7 +109,7 @@ def test_sweep_file_errors_name_the_file_the_key_and_what_it_takes(change, key, 
 
 def test_report_of_a_sweep_not_run_yet_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert sweep.main(["--config", str(SMOKE), "--report"]) == 2
+    assert sweep_study.main(["--config", str(SMOKE), "--report"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: no sweep 'smoke' yet")
     assert list(tmp_path.iterdir()) == []
@@ -120,15 +124,15 @@ def test_trial_config_sets_dotted_keys_and_swaps_classes():
     }  # fmt: skip
     params = {"trainer.callbacks.0.amount": 0.9, "model.optimizer.class_path": "torch.optim.SGD",
               "model.optimizer.lr": 0.5}  # fmt: skip
-    cfg = sweep_file.trial_config(base, params, seed=3, save_dir="out", name="sw", version=7)
+    cfg = sweep_config.trial_config(base, params, seed=3, save_dir="out", name="sw", version=7)
     assert cfg["trainer"]["callbacks"][0]["init_args"]["amount"] == 0.9
-    assert cfg["trainer"]["callbacks"][-1] == {"class_path": "project.sweep.ReportToStudy"}
+    assert cfg["trainer"]["callbacks"][-1] == {"class_path": "project.sweep.trial.ReportToStudy"}
     assert cfg["model"]["optimizer"] == {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.5}}  # no betas
     assert cfg["seed_everything"] == 3
     assert cfg["trainer"]["logger"]["init_args"] == {"save_dir": "out", "name": "sw", "version": 7}
     assert base["model"]["optimizer"]["init_args"]["lr"] == 0.1  # the base is not changed
     with pytest.raises(ConfigError, match="list of 1; use an index"):
-        sweep_file.trial_config(base, {"trainer.callbacks.1.amount": 0.1}, 1, "out", "sw", 0)
+        sweep_config.trial_config(base, {"trainer.callbacks.1.amount": 0.1}, 1, "out", "sw", 0)
 
 
 def test_grid_points_repeat_each_point_per_seed():
@@ -254,8 +258,9 @@ def test_two_workers_share_a_postgresql_study(fashion_data, tmp_path):
 
 @pytest.mark.slow
 def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp_path):
-    spec = write_sweep(tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.01]},
-                      pruner={"threshold": {"lower": 2.0}})  # fmt: skip  (val/acc < 2: prune at once)
+    spec = write_sweep(
+        tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.01]}, pruner={"threshold": {"lower": 2.0}}
+    )  # fmt: skip  (val/acc < 2: prune at once)
     proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = pruned_at_once(tmp_path)

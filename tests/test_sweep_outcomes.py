@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO, pruned_at_once
 from test_sweep import run_sweep, study_of, write_sweep
 
-from project import sweep
+from project.sweep import study as sweep_study
 
 ONE_POINT = {"seeds": [1], "space": {"model.optimizer.init_args.lr": [0.05]}}
 
@@ -30,7 +30,7 @@ ONE_POINT = {"seeds": [1], "space": {"model.optimizer.init_args.lr": [0.05]}}
 def test_an_objective_the_base_never_measures_is_refused_up_front(override, why, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     path = write_sweep(tmp_path, **ONE_POINT)  # objective: best_val_acc
-    assert sweep.main(["--config", str(path), "--data.data_dir", str(tmp_path / "data"), *override]) == 2
+    assert sweep_study.main(["--config", str(path), "--data.data_dir", str(tmp_path / "data"), *override]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: objective.metric: best_val_acc is never measured"), err
     assert why in err[0]

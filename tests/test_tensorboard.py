@@ -57,9 +57,20 @@ def test_dashboards_hold_what_the_readme_promises(tensorboard):
     base, run = tensorboard
     name = f"{run.parent.name}/{run.name}"
     scalars = get(f"{base}/data/plugin/scalars/tags")[name]
-    for tag in ("train/loss", "train/loss_epoch", "train/acc", "val/loss", "val/acc", "test/acc", "lr-SGD",
-                "train/device/samples_per_sec", "train/device/flops_per_sec", "train/epoch_time_s", "sparsity/global",
-                "test/class_acc/9_-_nine"):
+    for tag in (
+        "train/loss",
+        "train/loss_epoch",
+        "train/acc",
+        "val/loss",
+        "val/acc",
+        "test/acc",
+        "lr-SGD",
+        "train/device/samples_per_sec",
+        "train/device/flops_per_sec",
+        "train/epoch_time_s",
+        "sparsity/global",
+        "test/class_acc/9_-_nine",
+    ):
         assert tag in scalars, tag
     assert len([t for t in scalars if t.startswith("test/class_acc/")]) == 10
     # TIME SERIES sorts groups by name: no `epoch` staircase and no group of single dots ahead of the curves

@@ -11,8 +11,9 @@ import yaml
 from helpers import REPO, results, run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
 
-from project.callbacks import CudnnFlags, RunCheckpoint
-from project.cli import ProjectCLI
+from project.callbacks.checkpoint import RunCheckpoint
+from project.callbacks.training import CudnnFlags
+from project.cli.parser import ProjectCLI
 
 
 def class_of(path: str) -> type:
@@ -133,8 +134,9 @@ def test_a_source_dir_that_is_not_a_folder_is_refused_even_with_the_data_in_plac
     args = tiny_args(tiny_mnist, tmp_path / "logs", "--data.source_dir", missing)
     assert run_main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: data.source_dir: {missing} is not a folder; give the folder holding the archives"
-                   " (see --help)"]
+    assert err == [
+        f"error: data.source_dir: {missing} is not a folder; give the folder holding the archives (see --help)"
+    ]
     assert len(run_dirs(tmp_path / "logs")) == 1
 
 
@@ -142,11 +144,14 @@ def test_a_source_dir_that_is_not_a_folder_is_refused_even_with_the_data_in_plac
     "twin, key",
     [
         ("lightning.pytorch.callbacks.LearningRateMonitor", "lr_monitor"),
-        ('{"class_path": "lightning.pytorch.callbacks.ThroughputMonitor", "init_args": {"batch_size_fn": '
-         '"project.callbacks.batch_samples"}}', "throughput"),
+        (
+            '{"class_path": "lightning.pytorch.callbacks.ThroughputMonitor", "init_args": {"batch_size_fn": '
+            '"project.callbacks.training.batch_samples"}}',
+            "throughput",
+        ),
         ("project.callbacks.Throughput", "throughput"),
-        ("project.report.EpochMetrics", "metrics_csv"),
-        ("project.report.TensorBoardLayout", "tensorboard_layout"),
+        ("project.report.epoch_metrics.EpochMetrics", "metrics_csv"),
+        ("project.report.results.TensorBoardLayout", "tensorboard_layout"),
     ],
 )
 def test_a_run_callback_twice_is_refused(twin, key, tiny_mnist, tmp_path, monkeypatch, capsys):

@@ -1,38 +1,28 @@
-"""The project's Lightning callbacks and checkpoint plugin, one module per job (every name importable from here).
+"""The project's Lightning callbacks and checkpoint plugin, one module per job.
 
 * :mod:`~project.callbacks.pruning` -- :class:`ScheduledPruning`, the schedule both pruning callbacks share;
-  :class:`Pruning` (unstructured, Lightning's ``ModelPruning``); :func:`sparsity` and :func:`nonzero_params`, the
-  zeros counted from the weights. Structured pruning (channels removed, Torch-Pruning) is
-  :class:`project.slim.StructuredPruning`.
+  :class:`Pruning` (unstructured, Lightning's ``ModelPruning``); the zeros counted from the weights.
+* :mod:`~project.callbacks.slim` -- :class:`StructuredPruning` (channels removed, Torch-Pruning).
 * :mod:`~project.callbacks.training` -- :class:`CudnnFlags` (``torch.backends.cudnn.enabled``), :class:`Throughput`
   (samples/s, epoch time), :class:`StepLearningRateMonitor`.
 * :mod:`~project.callbacks.checkpoint` -- :class:`RunCheckpoint` (``last.ckpt`` always the newest state),
   :class:`LocalAtomicCheckpointIO` (atomic local writes, never through a link).
+
+The face: the class paths configs name (``project.callbacks.Pruning``, ``project.callbacks.StructuredPruning``, ...).
 """
 
-from project.callbacks.checkpoint import LocalAtomicCheckpointIO, RunCheckpoint, local_path
-from project.callbacks.pruning import LAYER_TYPES, Pruning, PruningAmount, ScheduledPruning, nonzero_params, sparsity
-from project.callbacks.training import (
-    CudnnFlags,
-    StepLearningRateMonitor,
-    Throughput,
-    batch_samples,
-    synced_time,
-)
+from project.callbacks.checkpoint import LocalAtomicCheckpointIO, RunCheckpoint
+from project.callbacks.pruning import Pruning, ScheduledPruning
+from project.callbacks.slim import StructuredPruning
+from project.callbacks.training import CudnnFlags, StepLearningRateMonitor, Throughput
 
 __all__ = [
-    "LAYER_TYPES",
     "CudnnFlags",
     "LocalAtomicCheckpointIO",
     "Pruning",
-    "PruningAmount",
     "RunCheckpoint",
     "ScheduledPruning",
     "StepLearningRateMonitor",
+    "StructuredPruning",
     "Throughput",
-    "batch_samples",
-    "local_path",
-    "nonzero_params",
-    "sparsity",
-    "synced_time",
 ]

@@ -17,8 +17,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
-from project import adapters, runs
+from project import adapters
 from project.errors import ConfigError
+from project.runs import files
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class LocalAtomicCheckpointIO(TorchCheckpointIO):
         for stale in local.parent.glob(f".{glob.escape(local.name)}.*.tmp"):  # a writer killed midway (kill -9)
             if stale.is_file() and not stale.is_symlink():
                 stale.unlink(missing_ok=True)
-        with runs.atomic_file(local) as f:
+        with files.atomic_file(local) as f:
             torch.save(checkpoint, f)
 
     def remove_checkpoint(self, path: Any) -> None:
@@ -103,11 +104,11 @@ class RunCheckpoint(ModelCheckpoint):
         be chosen for removal or overwriting. A crafted checkpoint then costs at most a forgotten best score."""
         state = dict(state_dict)
         for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
-            if key in state and not runs.inside(self.dirpath, state[key]):
+            if key in state and not files.inside(self.dirpath, state[key]):
                 state[key] = ""
         models = state.get("best_k_models")
         if isinstance(models, dict):
-            state["best_k_models"] = {k: v for k, v in models.items() if runs.inside(self.dirpath, k)}
+            state["best_k_models"] = {k: v for k, v in models.items() if files.inside(self.dirpath, k)}
         elif "best_k_models" in state:
             state["best_k_models"] = {}
         if not state.get("best_model_path"):

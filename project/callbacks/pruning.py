@@ -3,7 +3,7 @@
 * Where is the pruning schedule (start/end epoch, fraction per epoch, its checkpoint state, the check on
   resume, the warning for a run too short for it)?  :class:`ScheduledPruning`, shared by :class:`Pruning`
   (single weights masked, Lightning's ``ModelPruning`` over ``torch.nn.utils.prune``) and
-  :class:`project.slim.StructuredPruning` (whole channels removed, Torch-Pruning).
+  :class:`project.callbacks.StructuredPruning` (whole channels removed, Torch-Pruning).
 * Where are pruned weights counted?  :func:`sparsity` -- from the weights themselves, never from a
   callback's bookkeeping.
 """
@@ -72,7 +72,7 @@ class ScheduledPruning(Callback):
     Pruning at the start of an epoch means that epoch's validation and checkpoint already see the pruned net.
     What a fraction means is the subclass's: of the selected weights (:class:`Pruning`, masks from
     ``torch.nn.utils.prune`` through Lightning's ``ModelPruning``), or of each layer's output channels
-    (:class:`project.slim.StructuredPruning`, removed with Torch-Pruning).
+    (:class:`project.callbacks.StructuredPruning`, removed with Torch-Pruning).
 
     Shared here, so both behave the same: the checks of the settings (:meth:`init_schedule`); :meth:`schedule`,
     saved in the checkpoint (``state_dict``) and compared on resume (:meth:`check_resume`); :attr:`state_key`,

@@ -34,13 +34,13 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import datasets
 from torchvision import transforms as T
 
+from project.adapters import to_builtin
 from project.data import loaders
 from project.data.archives import FIX, created_dirs, download_with_torchvision, preparation_lock
 from project.data.images import ImageFiles, image_files
 from project.data.memory import EpochBatches
 from project.data.resume import batches_done
 from project.errors import ConfigError, DataError
-from project.runs import to_builtin
 
 log = logging.getLogger(__name__)
 

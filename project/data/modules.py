@@ -14,10 +14,10 @@ from typing import Any
 from torchvision import datasets
 from torchvision import transforms as T
 
+from project.adapters import to_builtin
 from project.data.archives import FIX, RAW_MD5, check_idx_size, check_md5, import_cifar_archive, import_idx_archives
 from project.data.base import VisionDataModule
 from project.errors import DataError
-from project.runs import to_builtin
 
 __all__ = ["CIFAR10DataModule", "FashionMNISTDataModule", "MNISTDataModule", "VisionDataModule"]
 

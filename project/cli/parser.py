@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 import warnings
@@ -18,43 +17,51 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
-import yaml
 from jsonargparse import ArgumentError
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
-from project import adapters, cluster, ddp  # noqa: F401  (ddp: every ddp* strategy name binds its rendezvous to one address)
-from project.callbacks import CudnnFlags, Pruning, RunCheckpoint, Throughput
-from project.data import VisionDataModule
-from project.entry import (  # noqa: F401  (the entry points' error handling, public here too)
-    BANNER_LOGGERS,
-    SIGTERM_STATUS,
-    ParseError,
-    exit_with,
-    explain_parse_error,
-    quiet_library_banners,
-    run_main,
-    setup_logging,
+from project import adapters, checkpoints
+from project.callbacks.checkpoint import RunCheckpoint
+from project.callbacks.pruning import Pruning
+from project.callbacks.training import CudnnFlags, Throughput
+from project.cli.checks import (
+    TRAINER_RANGES,
+    _as_list,
+    _names_subclass,
+    check_config_files,
+    fastest_precision,
+    upgrade_class_paths,
 )
-from project.errors import ConfigError, yaml_problem
+from project.cli.parse_errors import ParseError
+from project.cluster import ddp, slurm
+from project.data.base import VisionDataModule
+from project.errors import ConfigError
 from project.module import ImageClassifier
-from project.report import EpochMetrics, TensorBoardLayout
+from project.report.epoch_metrics import EpochMetrics
+from project.report.results import TensorBoardLayout
+from project.runs import claims, files, layout, resume
 
 log = logging.getLogger("project")
 
+
 DEFAULT_LOGGER = {
-    "class_path": "project.run_logger.RunTensorBoardLogger",
+    "class_path": "project.report.RunTensorBoardLogger",
     "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False, "log_graph": True},
 }
+
+
 LIGHTNING_TENSORBOARD = (
     "lightning.pytorch.loggers.TensorBoardLogger",
     "lightning.pytorch.loggers.tensorboard.TensorBoardLogger",
-    "project.report.RunTensorBoardLogger",  # where runs before the report module's split name it
 )
+
+
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
+
+
 # The callbacks every run gets, each under its own key so that ``--print_config`` shows it and YAML or the command
 # line changes it (``--lr_monitor.log_momentum true``, another class by ``class_path``) or removes it
 # (``--lr_monitor null``). key -> (the class a replacement must subclass, the default's class path, the class a
@@ -63,19 +70,25 @@ RUN_CALLBACKS: dict[str, tuple[type, str, type]] = {
     "throughput": (Throughput, "project.callbacks.Throughput", ThroughputMonitor),
     "lr_monitor": (LearningRateMonitor, "project.callbacks.StepLearningRateMonitor", LearningRateMonitor),
     "tensorboard_layout": (TensorBoardLayout, "project.report.TensorBoardLayout", TensorBoardLayout),
-    "metrics_csv": (EpochMetrics, "project.epoch_metrics.EpochMetrics", EpochMetrics),
-    "slurm_requeue": (cluster.SlurmRequeue, "project.cluster.SlurmRequeue", cluster.SlurmRequeue),
+    "metrics_csv": (EpochMetrics, "project.report.EpochMetrics", EpochMetrics),
+    "slurm_requeue": (slurm.SlurmRequeue, "project.cluster.SlurmRequeue", slurm.SlurmRequeue),
 }
+
+
 # Run callbacks that write through the logger: left out of a Trainer without one (evaluate, predict, export,
 # ``--trainer.logger false``), where Lightning's LearningRateMonitor would refuse to start.
 NEEDS_LOGGER = (LearningRateMonitor, TensorBoardLayout, EpochMetrics)
+
+
 DEFAULT_PLUGINS = [{"class_path": "project.callbacks.LocalAtomicCheckpointIO"}]
+
+
 HELP_OVERVIEW = """The project's own options: --model.* (net, widths, optimizer, lr_scheduler, channels_last, compile),
 --data.* (data_dir, source_dir, batch_size, num_workers, val_size, in_memory; see
 `--data.help project.data.FashionMNISTDataModule`), --checkpoint.*, --cudnn.enabled, --ckpt_path,
 --trust_checkpoint; pruning: --trainer.callbacks+=project.callbacks.Pruning (see
 `--trainer.callbacks.help project.callbacks.Pruning`); structured pruning (a physically slimmed net):
---config configs/slim.yaml or --trainer.callbacks+=project.slim.StructuredPruning. Every other --trainer.* option
+--config configs/slim.yaml or --trainer.callbacks+=project.callbacks.StructuredPruning. Every other --trainer.* option
 is Lightning's Trainer argument of the same name (full list below)."""
 
 
@@ -98,18 +111,17 @@ class RunConfig(SaveConfigCallback):
         logger = trainer.logger
         if logger is None or logger.log_dir is None or trainer.fast_dev_run:
             return  # no run folder (evaluate, predict, export, --trainer.logger false): nothing to keep
-        from project import runs
 
         log_dir = Path(logger.log_dir)  # rank 0's own logger: trainer.log_dir would broadcast from rank 0 alone
         log_dir.mkdir(parents=True, exist_ok=True)
         name = self.config_filename
-        if runs.holds_run(log_dir):
-            resumes = runs.resume_configs(log_dir)
+        if layout.holds_run(log_dir):
+            resumes = layout.resume_configs(log_dir)
             name = f"config-resume-{resumes[-1][0] + 1 if resumes else 1}.yaml"
         config = self.config.clone()
         if config.get("trust_checkpoint"):  # a one-time decision about one file, not a setting to pass on
             config.trust_checkpoint = False
-        runs.write_text(log_dir / name, self.parser.dump(config, skip_none=False))
+        files.write_text(log_dir / name, self.parser.dump(config, skip_none=False))
 
 
 # Lightning 2.6's own pytree helper (lightning/pytorch/utilities/_pytree.py) builds torch's deprecated
@@ -121,24 +133,6 @@ warnings.filterwarnings(
     category=FutureWarning,
     module=r"lightning\.pytorch\.utilities\._pytree",
 )
-
-
-# Trainer settings Lightning uses without checking them first: these values crashed deep in a loop
-# (ZeroDivisionError, IndexError), were reported against another key, or trained with a meaningless setting.
-# key -> (check of a set value, what to use instead). Lightning's own checks cover the rest.
-TRAINER_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "accumulate_grad_batches": (lambda v: v >= 1, "a positive integer (1: no accumulation)"),
-    "check_val_every_n_epoch": (lambda v: v >= 1, "a positive integer, or null to validate by val_check_interval"),
-    "val_check_interval": (
-        lambda v: isinstance(v, float) or v >= 1,
-        "a positive number of training batches, or a fraction of the epoch in [0.0, 1.0]",
-    ),
-    "limit_test_batches": (lambda v: v != 0, "a positive number of batches or a fraction: fit ends with a test"),
-    "gradient_clip_val": (lambda v: v >= 0, "a non-negative number (0 or null: no clipping)"),
-    "num_sanity_val_steps": (lambda v: v >= -1, "-1 (all batches), 0 (no sanity check) or a number of batches"),
-    "min_epochs": (lambda v: v >= 0, "a non-negative integer"),
-    "min_steps": (lambda v: v >= 0, "a non-negative integer"),
-}
 
 
 class ProjectCLI(LightningCLI):
@@ -158,6 +152,7 @@ class ProjectCLI(LightningCLI):
     ) -> None:
         # a run-folder command (project.commands) adds its own options to this one parser
         self.command_options = command_options
+        ddp.register_strategies()  # every ddp* strategy name binds its rendezvous to one address
         kwargs["description"] = f"{kwargs.get('description', '')}\n\n{HELP_OVERVIEW}".strip()
         usage = usage or (f"{prog} [--config CONFIG ...] [--model.* ...] [--data.* ...] [--trainer.* ...] "
                           "[--ckpt_path CKPT] [--print_config]")  # fmt: skip
@@ -178,7 +173,10 @@ class ProjectCLI(LightningCLI):
         # Explicit args (the bench, evaluate, sweeps and tests build an experiment inside another program) are the
         # whole command line: the host program's own sys.argv is none of the experiment's business, and Lightning
         # warns when it sees both.
-        check_config_files(sys.argv[1:] if args is None else args)
+        given = sys.argv[1:] if args is None else args
+        check_config_files(given)
+        if isinstance(given, list | tuple):
+            args = upgrade_class_paths(list(given))  # configs of runs from before the package's subpackages
         argv = sys.argv
         if args is not None:
             sys.argv = argv[:1]
@@ -305,21 +303,20 @@ class ProjectCLI(LightningCLI):
             value = cfg.trainer.get(key)
             if value is not None and not isinstance(value, bool) and not ok(value):
                 raise ConfigError(f"trainer.{key}: {value!r} is out of range; use {allowed}")
-        cluster.prepare(cfg)  # under SLURM: a requeued job resumes its own run
-        from project import runs
+        slurm.prepare(cfg)  # under SLURM: a requeued job resumes its own run
 
         data_args = getattr(cfg.data, "init_args", None)
         if data_args is not None and data_args.get("data_dir") is not None:
-            runs.check_folder(data_args.data_dir, "data.data_dir", write=False)
+            files.check_folder(data_args.data_dir, "data.data_dir", write=False)
         source = data_args.get("source_dir") if data_args is not None else None
         if source is not None and self.command_options is None and not Path(source).is_dir():
             # refused even when data_dir already holds the data and the archives would not be read: a mistyped
             # folder should not pass unnoticed (the run-folder commands rebuild a run whose archives may be gone)
             raise ConfigError(f"data.source_dir: {source} is not a folder; give the folder holding the archives")
         if cfg.ckpt_path is not None:
-            cfg.ckpt_path = str(runs.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
-            runs.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
-            runs.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
+            cfg.ckpt_path = str(resume.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
+            checkpoints.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
+            resume.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
         self.claim_run_folder()
 
     def claim_run_folder(self) -> None:
@@ -333,23 +330,22 @@ class ProjectCLI(LightningCLI):
         Raises:
             ConfigError: the folder cannot be created or written, or holds a run / a link.
         """
-        from project import runs
 
         cfg = self.config
-        experiment = runs._logger_dir(cfg.trainer.logger)
-        if experiment is None or cfg.trainer.fast_dev_run or not cluster.is_global_rank_zero():
+        experiment = resume._logger_dir(cfg.trainer.logger)
+        if experiment is None or cfg.trainer.fast_dev_run or not slurm.is_global_rank_zero():
             return
         args = cfg.trainer.logger.init_args
         if "://" in str(experiment):
-            runs.check_folder(experiment, "trainer.logger.init_args.save_dir")
+            files.check_folder(experiment, "trainer.logger.init_args.save_dir")
             return
         if cfg.ckpt_path is not None and args.version is not None:
             run = experiment / (f"version_{args.version}" if isinstance(args.version, int) else str(args.version))
-            if run.is_dir() and runs.holds_run(run):
-                runs.check_no_links(run)
+            if run.is_dir() and layout.holds_run(run):
+                files.check_no_links(run)
                 return
-        run = runs.claim_run(experiment, args.version)
-        args.version = runs.version_of(run) if isinstance(args.version, int) or args.version is None else run.name
+        run = claims.claim_run(experiment, args.version)
+        args.version = layout.version_of(run) if isinstance(args.version, int) or args.version is None else run.name
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
         # Lightning refuses ``enable_checkpointing=False`` next to a ModelCheckpoint, and the run's RunCheckpoint
@@ -381,58 +377,3 @@ class ProjectCLI(LightningCLI):
                 trainer.precision,
             )
         return trainer
-
-
-def _as_list(value: Any) -> list[Any]:
-    """A config value that is one item, a list of them, or unset (None/false) as a list."""
-    return value if isinstance(value, list) else [value] if value else []
-
-
-def _names_subclass(item: Any, base: type) -> bool:
-    """Whether a parsed (not yet instantiated) config item names a subclass of ``base`` by its ``class_path``."""
-    path = getattr(item, "class_path", None)
-    if not isinstance(path, str):
-        return False
-    module, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return False
-    return isinstance(cls, type) and issubclass(cls, base)
-
-
-def check_config_files(args: Any) -> None:
-    """Read every YAML/JSON config file named in ``args`` (``--config`` files, overlays, a file given as an
-    option's value) with the safe loader first, so that a syntax error names the file, line and column.
-
-    jsonargparse parses the same files afterwards; its own message says ``"<unicode string>"`` instead of the file.
-
-    Raises:
-        ConfigError: ``<file>, line L, column C: <what the YAML parser found>``.
-    """
-    if not isinstance(args, (list, tuple)):
-        return
-    for arg in args:
-        value = str(arg).split("=", 1)[1] if str(arg).startswith("--") and "=" in str(arg) else str(arg)
-        path = Path(value)
-        if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.is_file():
-            continue
-        try:
-            yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(yaml_problem(path, e)) from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: cannot read the config file ({e})") from None
-
-
-def fastest_precision(accelerator: Any) -> str:
-    """The mixed precision this machine runs fastest, for ``auto_precision``.
-
-    ``16-mixed`` when training on a CUDA GPU (tensor cores; the recipes' AMP trick), ``bf16-mixed`` on a CPU
-    whose oneDNN has native bf16 (AVX512-BF16 or AMX), else ``32-true``: without native bf16 the CPU emulates
-    it with conversions.
-    """
-    name = str(getattr(accelerator, "class_path", accelerator) or "auto").lower()
-    if torch.cuda.is_available() and ("auto" in name or "gpu" in name or "cuda" in name):
-        return "16-mixed"
-    return "bf16-mixed" if adapters.cpu_has_native_bf16() else "32-true"

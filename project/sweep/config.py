@@ -16,7 +16,7 @@ import yaml
 from project.errors import ConfigError
 
 if TYPE_CHECKING:
-    from project.sweep_file import Sweep
+    from project.sweep.file import Sweep
 
 
 def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
@@ -27,7 +27,8 @@ def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
     """
     from jsonargparse import ArgumentError
 
-    from project.cli import ProjectCLI, explain_parse_error
+    from project.cli.parse_errors import explain_parse_error
+    from project.cli.parser import ProjectCLI
 
     args = [a for c in sweep.configs for a in ("--config", c)] + sweep.args + extra
     out = io.StringIO()
@@ -128,5 +129,5 @@ def trial_config(
     logger.update(save_dir=save_dir, name=name, version=version)
     callbacks = config["trainer"].get("callbacks") or []
     callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-    config["trainer"]["callbacks"] = [*callbacks, {"class_path": "project.sweep.ReportToStudy"}]
+    config["trainer"]["callbacks"] = [*callbacks, {"class_path": "project.sweep.trial.ReportToStudy"}]
     return config

@@ -15,10 +15,10 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from project import runs
+from project.runs import layout
 
 if TYPE_CHECKING:
-    from project.summarize import Run
+    from project.summary.tables import Run
 
 LABEL_CHARS = 60  # a group's short label (plot legends): at most this many characters
 VALUE_CHARS = 20  # one value in a short label
@@ -40,7 +40,7 @@ def short_key(key: str, keys: set[str]) -> str:
 def abbreviate(value: Any, width: int = VALUE_CHARS) -> str:
     """A value for a short label: a class path by its class name, a list item by item, cut to ``width``
     characters (``…`` marks the cut)."""
-    from project.summarize import fmt  # the table's helpers (that module imports this one)
+    from project.summary.tables import fmt
 
     if isinstance(value, list | tuple):
         text = "[" + ",".join(abbreviate(v, width) for v in value) + "]"
@@ -67,7 +67,7 @@ def short_labels(groups: dict[str, list[Run]], by: list[str] | None = None, limi
     by its shortest ending (:func:`short_key`) with its value abbreviated (:func:`abbreviate`); the experiment by
     its name. At most ``limit`` characters: keys that do not fit are counted (``+3 more``); the full list is the
     group's label in ``summary.md``/``summary.csv``. Groups whose short labels would be equal are numbered."""
-    from project.summarize import _hashable, group_identity  # the table's helpers (that module imports this one)
+    from project.summary.tables import _hashable, group_identity
 
     ids = {label: group_identity(members, by) for label, members in groups.items()}
     keys = {k for ident in ids.values() for k in ident}
@@ -92,8 +92,8 @@ def val_curves(run: Path, tag: str = "val/acc") -> tuple[list[int], list[float]]
     """``(steps, values)`` of ``tag`` per epoch, from the run's ``metrics.csv`` (see
     :class:`project.report.EpochMetrics`); a run without one (written before it existed) from its TensorBoard
     event files. Empty when neither has the tag."""
-    if (run / runs.METRICS_CSV).is_file():
-        rows = [r for r in runs.read_epoch_metrics(run) if tag in r]
+    if (run / layout.METRICS_CSV).is_file():
+        rows = [r for r in layout.read_epoch_metrics(run) if tag in r]
         return [int(r["step"]) for r in rows], [r[tag] for r in rows]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -125,7 +125,7 @@ def plot(
     ``test_acc_vs_<x_key>.png``; ``name`` formats ``{y}`` and ``{x}``) into ``out``; return the paths."""
     import matplotlib
 
-    from project.summarize import fmt  # the table's helpers (that module imports this one)
+    from project.summary.tables import fmt
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -10,7 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from project.run_logger import run_writer
+from project.report.run_logger import run_writer
 
 
 def confusion_figure(confusion: torch.Tensor, labels: list[str] | None = None) -> Any:

@@ -22,26 +22,15 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from project.callbacks import CudnnFlags, ScheduledPruning, Throughput, nonzero_params
-from project.slim import count_params, macs_per_sample, weights_bytes
+from project.callbacks.pruning import ScheduledPruning, nonzero_params
+from project.callbacks.training import CudnnFlags, Throughput
+from project.nets import count_params, macs_per_sample, weights_bytes
+from project.report.run_logger import run_dir, run_writer
 
 
 def callback(trainer: L.Trainer, cls: type) -> Any:
     """The trainer's first callback of type ``cls``, or ``None``."""
     return next((c for c in trainer.callbacks if isinstance(c, cls)), None)
-
-
-# The jobs moved to their own modules, importable from here as before (configs and older runs' config.yaml name
-# project.report.RunTensorBoardLogger, project.report.TensorBoardLogger, project.report.EpochMetrics).
-from project.epoch_metrics import EpochMetrics  # noqa: E402,F401  (re-exported: project.report.EpochMetrics)
-from project.figures import confusion_figure, misclassified_figure, write_test_report  # noqa: E402,F401
-from project.run_logger import (  # noqa: E402,F401  (re-exported: project.report.RunTensorBoardLogger)
-    RunTensorBoardLogger,
-    TensorBoardLogger,
-    attached_trainer,
-    run_dir,
-    run_writer,
-)
 
 
 def _abs(path: str | None) -> str | None:

@@ -40,7 +40,6 @@ from jsonargparse import ArgumentError, ArgumentParser
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
 from project.errors import ConfigError, yaml_problem
-from project.sweep_config import check_objective, key_path, resolve_base, trial_config  # noqa: F401  (their old home)
 
 Metric = Literal["test_acc", "best_val_acc", "test_loss", "sparsity", "train_samples_per_s"]
 Sampler = Literal["grid", "random", "tpe"]

@@ -25,10 +25,11 @@ import optuna
 import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-from project import runs, trial_server
-from project.sweep_config import trial_config
-from project.sweep_file import Sweep, make_pruner
-from project.sweep_storage import open_storage, scrubbed, stable
+from project.runs import files, layout
+from project.sweep import server as trial_server
+from project.sweep.config import trial_config
+from project.sweep.file import Sweep, make_pruner
+from project.sweep.storage import open_storage, scrubbed, stable
 
 TRIAL_FILE = "trial.json"
 TRIAL_CONFIG = "sweep-trial.yaml"
@@ -83,7 +84,7 @@ class ReportToStudy(L.Callback):
             if prune:
                 record = {"trial": self.trial.number, "epoch": epoch, self.monitor: value}
                 if self.run is not None:
-                    runs.write_json(self.run / PRUNED_FILE, record)
+                    files.write_json(self.run / PRUNED_FILE, record)
                 print(f"trial {self.trial.number} pruned after epoch {epoch} ({self.monitor} {value:.4f})", flush=True)
         # All ranks reach this point together; one rank stopping alone would leave the others waiting for it.
         if trainer.strategy.broadcast(prune, src=0):
@@ -146,7 +147,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     run.mkdir(parents=True, exist_ok=True)
     (run / PRUNED_FILE).unlink(missing_ok=True)
     config = trial_config(ctx.base, params, seed, str(ctx.folder.parent), sweep.name, number)
-    runs.write_text(run / TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
+    files.write_text(run / TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
     info.update(
         sweep=sweep.name,
         study=sweep.name,
@@ -157,7 +158,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         objective={"metric": sweep.metric, "direction": sweep.direction},
     )
     info["trials"] = [*info.get("trials", []), trial.number]
-    runs.write_json(run / TRIAL_FILE, info)
+    files.write_json(run / TRIAL_FILE, info)
     env = {
         **os.environ,
         ENV_STORAGE: ctx.storage_url,
@@ -176,7 +177,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
 
         def started(pid: int) -> None:
             info["pid"] = pid
-            runs.write_json(run / TRIAL_FILE, info)
+            files.write_json(run / TRIAL_FILE, info)
 
         returncode = run_fit(ctx.server, ["--config", str(run / TRIAL_CONFIG), *resume], env, run / FIT_LOG, started)
         if returncode >= 0:
@@ -184,25 +185,25 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     if returncode != 0:
         error = scrubbed(_last_error(run / FIT_LOG), ctx.storage_url)
         info.update(state="failed", error=error)
-        runs.write_json(run / TRIAL_FILE, info)
+        files.write_json(run / TRIAL_FILE, info)
         raise TrialFailed(f"trial {trial.number}: fit exited with {returncode}: {error}")
-    results = runs.read_results(run)
+    results = layout.read_results(run)
     value = results.get(sweep.metric)
     finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     pruned = _read_json(run / PRUNED_FILE)
     if pruned.get("trial") == trial.number:
         info.update(state="pruned", pruned=pruned, value=float(value) if finite else None)
-        runs.write_json(run / TRIAL_FILE, info)
+        files.write_json(run / TRIAL_FILE, info)
         raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned['epoch']}")
     if not finite:
-        error = (f"objective {sweep.metric} is {json.dumps(value)} in {run / runs.RESULTS}, not a finite number "
+        error = (f"objective {sweep.metric} is {json.dumps(value)} in {run / layout.RESULTS}, not a finite number "
                  "(see objective.metric in the sweep file)")  # fmt: skip
         info.update(state="failed", error=error)
-        runs.write_json(run / TRIAL_FILE, info)
+        files.write_json(run / TRIAL_FILE, info)
         raise TrialFailed(f"trial {trial.number}: {error}")
     value = float(value)
     info.update(state="complete", value=value)
-    runs.write_json(run / TRIAL_FILE, info)
+    files.write_json(run / TRIAL_FILE, info)
     print(f"trial {trial.number}: {sweep.metric} {value:.4f}", flush=True)
     return value
 

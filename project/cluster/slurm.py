@@ -28,7 +28,8 @@ import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 
-from project import adapters, runs
+from project import adapters
+from project.runs import files, layout, resume
 
 log = logging.getLogger("project")
 JOB_FILE = "slurm_job.json"
@@ -73,10 +74,10 @@ def prepare(cfg: Any) -> None:
     """
     job = slurm_job()
     logger = cfg.trainer.logger
-    experiment = runs._logger_dir(logger)
+    experiment = resume._logger_dir(logger)
     if job is None or experiment is None or cfg.ckpt_path is not None or logger.init_args.version is not None:
         return
-    mine = [r for r in runs.runs_of(experiment) if job_of(r) == job]
+    mine = [r for r in layout.runs_of(experiment) if job_of(r) == job]
     if not mine:
         return
     ckpt = newest_checkpoint(mine[-1])
@@ -84,7 +85,7 @@ def prepare(cfg: Any) -> None:
         log.warning("job %s: %s holds no checkpoint to resume; starting a new run", job, mine[-1])
         return
     cfg.ckpt_path = str(ckpt)
-    logger.init_args.version = runs.version_of(mine[-1])
+    logger.init_args.version = layout.version_of(mine[-1])
     log.info("job %s was requeued: resuming %s from %s", job, mine[-1], ckpt.name)
 
 
@@ -123,10 +124,12 @@ def record_start(run: Path) -> None:
         data = {}
     data = data if isinstance(data, dict) and data.get("job") == job else {"job": job, "starts": []}
     data["starts"].append(
-        {"restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or len(data["starts"])),
-         "nodes": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")}  # fmt: skip
+        {
+            "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or len(data["starts"])),
+            "nodes": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
+        }  # fmt: skip
     )
-    runs.write_json(path, data)
+    files.write_json(path, data)
 
 
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "JSM_NAMESPACE_RANK")

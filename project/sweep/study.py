@@ -48,21 +48,16 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
-from project import trial_server
 from project.errors import ArgumentParser, ConfigError
-from project.sweep_config import check_objective, key_path, resolve_base
-from project.sweep_file import Sweep, load_sweep, make_pruner
-from project.sweep_storage import default_storage, open_storage, scrubbed, shown, stable
-from project.sweep_trial import (  # noqa: F401  (ReportToStudy: the class path project.sweep.ReportToStudy)
-    FIT_LOG,
-    PRUNED_FILE,
-    TRIAL_CONFIG,
-    TRIAL_FILE,
+from project.sweep import report as sweep_report
+from project.sweep import server as trial_server
+from project.sweep.config import check_objective, key_path, resolve_base
+from project.sweep.file import Sweep, load_sweep, make_pruner
+from project.sweep.storage import default_storage, open_storage, scrubbed, shown, stable
+from project.sweep.trial import (
     Context,
-    ReportToStudy,
     Surplus,
     TrialFailed,
-    run_fit,
     run_trial,
 )
 
@@ -175,8 +170,12 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         epilog="Further --key value arguments are fit overrides of the base experiment.",
     )
     p.add_argument("--config", required=True, help="the sweep file (configs/sweeps/<name>.yaml)")
-    p.add_argument("--storage", default=None, help="an Optuna RDB storage URL (default: $OPTUNA_STORAGE, else study.db "
-                   "in the sweep folder); keep a password out of the command line: OPTUNA_STORAGE, or ~/.pgpass")
+    p.add_argument(
+        "--storage",
+        default=None,
+        help="an Optuna RDB storage URL (default: $OPTUNA_STORAGE, else study.db "
+        "in the sweep folder); keep a password out of the command line: OPTUNA_STORAGE, or ~/.pgpass",
+    )
     p.add_argument("--n_trials", type=int, default=None, help="trials in all (default: the sweep file's / the grid)")
     p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
     p.add_argument("--report", action="store_true", help="only print the report (tables, best point, plots)")
@@ -196,8 +195,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m project.sweep``; returns the exit status."""
-    from project import sweep_report
-    from project.cli import setup_logging
+    from project.cli.entry import setup_logging
 
     setup_logging()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -258,7 +256,3 @@ def _without_workers(argv: list[str]) -> list[str]:
         elif not a.startswith("--workers="):
             out.append(a)
     return out
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,8 +15,9 @@ from typing import Any
 
 import optuna
 
-from project import runs, summarize
-from project.summarize import fmt
+from project.runs import files, layout
+from project.summary import plots, tables
+from project.summary.tables import fmt
 
 
 def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
@@ -27,8 +28,8 @@ def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
             continue
         run = Path(t.user_attrs["run"]) if "run" in t.user_attrs else None
         results: dict[str, Any] = {}
-        if run is not None and (run / runs.RESULTS).is_file():
-            results = runs.read_results(run)
+        if run is not None and (run / layout.RESULTS).is_file():
+            results = layout.read_results(run)
         rows.append(
             {
                 "trial": t.number,
@@ -44,11 +45,11 @@ def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def as_run(row: dict[str, Any], sweep_name: str) -> summarize.Run:
+def as_run(row: dict[str, Any], sweep_name: str) -> tables.Run:
     """A trial as summarize's :class:`~project.summarize.Run`: its swept values and seed as the config, its
     trial number and state as the status (``trial 4: complete (retry of trial 0)``)."""
     retry = f" (retry of trial {row['retry_of']})" if row["retry_of"] is not None else ""
-    return summarize.Run(
+    return tables.Run(
         path=Path(row["run"] or "-"),
         experiment=sweep_name,
         results=row["results"] or None,
@@ -67,9 +68,9 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
     complete = [run for run, r in zip(trials, rows) if r["state"] == "complete" and run.results is not None]
     table, stats = "", {"groups": {}, "runs": []}
     if trials:
-        table, stats = summarize.summarize([folder], metrics, keys, found=trials, grouped=complete)
+        table, stats = tables.summarize([folder], metrics, keys, found=trials, grouped=complete)
     points = []
-    for label, members in summarize.group_runs(complete, keys).items():
+    for label, members in tables.group_runs(complete, keys).items():
         st = stats["groups"][label]
         points.append(
             {
@@ -93,11 +94,11 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
             f"{fmt(best['mean'])} ± {fmt(best['std'])} over {best['n']} seed(s)",
         ]
     folder.mkdir(parents=True, exist_ok=True)
-    plots: list[Path] = []
+    figures: list[Path] = []
     if complete:
         pruned = any(isinstance(s, int | float) and s > 0 for s in (run.value("sparsity") for run in complete))
         x_keys = [*keys, *(["sparsity"] if pruned else [])]
-        plots = summarize.plot(stats, complete, folder, x_keys, y_key=metric, name="objective-{x}.png")
+        figures = plots.plot(stats, complete, folder, x_keys, y_key=metric, name="objective-{x}.png")
     out = {
         "sweep": sweep.name,
         "metric": metric,
@@ -105,11 +106,11 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         "trials": rows,
         "points": points,
         "best": best,
-        "plots": [p.name for p in plots],
+        "plots": [p.name for p in figures],
     }
     text = "\n".join(lines) + "\n"
     (folder / "report.md").write_text(text)
-    runs.write_json(folder / "report.json", out)
+    files.write_json(folder / "report.json", out)
     if echo:
         print(text, end="")
     return out

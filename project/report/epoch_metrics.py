@@ -11,8 +11,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from project import runs
-from project.run_logger import run_dir
+from project.report.run_logger import run_dir
+from project.runs import files, layout
 
 
 def _number(value: Any) -> float | None:
@@ -46,9 +46,11 @@ class EpochMetrics(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # on_train_start, not on_fit_start: a resumed run's epoch counter is restored in between
         run = run_dir(trainer)  # every rank: trainer.log_dir is a collective under DDP
-        self.path = run / runs.METRICS_CSV if run is not None and trainer.is_global_zero else None
+        self.path = run / layout.METRICS_CSV if run is not None and trainer.is_global_zero else None
         self.pending = None
-        self.rows = [r for r in runs.read_epoch_metrics(run) if r["epoch"] < trainer.current_epoch] if self.path else []
+        self.rows = (
+            [r for r in layout.read_epoch_metrics(run) if r["epoch"] < trainer.current_epoch] if self.path else []
+        )
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.pending = trainer.current_epoch
@@ -77,4 +79,4 @@ class EpochMetrics(Callback):
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.rows)
-        runs.write_text(self.path, out.getvalue())  # whole or not at all, never through a planted link
+        files.write_text(self.path, out.getvalue())  # whole or not at all, never through a planted link

@@ -34,7 +34,7 @@ class BoundDDPStrategy(DDPStrategy):
     host name resolves to.
 
     Every ``ddp*`` strategy name (``ddp``, ``ddp_spawn``, ``ddp_find_unused_parameters_true``, ...) runs as this
-    class once :mod:`project.ddp` is imported (the CLI does), with the same options.
+    class once :func:`register_strategies` ran (the CLI does), with the same options.
 
     Args:
         listen_address: the address the store binds. Default: ``127.0.0.1`` with ``num_nodes: 1``; with several
@@ -65,8 +65,9 @@ class BoundDDPStrategy(DDPStrategy):
         port = self.cluster_environment.main_port
         if self.global_rank == 0:
             server = socket.create_server((address, port), family=socket.AF_INET6 if ":" in address else socket.AF_INET)
-            store = dist.TCPStore(address, port, self.world_size, True, self.rendezvous_timeout,
-                                  master_listen_fd=server.detach())  # fmt: skip  (the store owns the socket now)
+            store = dist.TCPStore(
+                address, port, self.world_size, True, self.rendezvous_timeout, master_listen_fd=server.detach()
+            )  # fmt: skip  (the store owns the socket now)
         else:
             store = dist.TCPStore(connect_to, port, self.world_size, False, self.rendezvous_timeout)
         cuda = self.root_device.type == "cuda"
@@ -92,12 +93,13 @@ def loopback_interfaces() -> None:
         os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
 
 
-def _register() -> None:
+def register_strategies() -> None:
+    """Make every ``ddp*`` strategy name of Lightning's registry (``ddp``, ``ddp_spawn``, ``ddp_find_unused_parameters_true``,
+    ...) build :class:`BoundDDPStrategy` with the same options. Called by :class:`project.cli.parser.ProjectCLI`;
+    calling it again changes nothing."""
     for name in list(StrategyRegistry):
         entry = StrategyRegistry[name]
         if entry["strategy"] is DDPStrategy:
             StrategyRegistry.register(name, BoundDDPStrategy, description=entry["description"], override=True,
                                       **entry["init_params"])  # fmt: skip
 
-
-_register()

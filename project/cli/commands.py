@@ -29,9 +29,11 @@ import yaml
 from jsonargparse import ArgumentParser
 from lightning.pytorch.cli import LightningArgumentParser
 
-from project import runs
-from project.cli import ProjectCLI, exit_with, quiet_library_banners, run_main
+from project import checkpoints
+from project.cli.entry import exit_with, quiet_library_banners, run_main
+from project.cli.parser import ProjectCLI
 from project.errors import ConfigError
+from project.runs import layout
 
 # The run's own settings that a rebuilt experiment must not take over: it writes no run folder and resumes nothing.
 REBUILD = ["--trainer.logger", "false", "--ckpt_path", "null", "--trust_checkpoint", "false",
@@ -104,13 +106,13 @@ def find_run(spec: str | Path) -> Path:
     """
     path = Path(spec)
     if path.is_file() and path.suffix == ".ckpt":
-        run = runs.run_of_checkpoint(path)
+        run = layout.run_of_checkpoint(path)
         if run is not None:
             return run
-    if path.is_dir() and runs.holds_run(path):
+    if path.is_dir() and layout.holds_run(path):
         return path
     if path.is_dir():
-        found = [r for r in runs.runs_of(path) if runs.holds_run(r)]
+        found = [r for r in layout.runs_of(path) if layout.holds_run(r)]
         if found:
             return found[-1]
     raise ConfigError(
@@ -132,7 +134,7 @@ def command_checkpoint(spec: str, which: str) -> tuple[Path, Path, str]:
     if Path(spec).suffix == ".ckpt":
         return run, Path(spec), Path(spec).stem
     if which in ("best", "last"):
-        return run, runs.checkpoint_of(run, which), which
+        return run, layout.checkpoint_of(run, which), which
     path = Path(which)
     if not path.is_file():
         raise ConfigError(f"--ckpt: {which} is neither best, last nor a checkpoint file")
@@ -143,7 +145,7 @@ def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> Non
     """Load a checkpoint's weights strictly into the model rebuilt from the run's config.
 
     Args:
-        checkpoint: the loaded checkpoint (``runs.load_checkpoint``), or only its ``state_dict``. A structurally
+        checkpoint: the loaded checkpoint (``checkpoints.load_checkpoint``), or only its ``state_dict``. A structurally
             pruned (slimmed) checkpoint records its layer widths in its ``hyper_parameters``; given the whole
             checkpoint, the model takes them first (``ImageClassifier.on_load_checkpoint``, as Lightning does when
             it restores), so the weights load strictly into the slimmed shape. A bare state dict loads only into
@@ -175,7 +177,7 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     Raises:
         ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
     """
-    config = runs.latest_config(run)
+    config = layout.latest_config(run)
     if command is not None:
         check_command_line(command, args)
         check_run_config(command, config)
@@ -246,7 +248,9 @@ def command_main(command: Command, argv: list[str] | None = None) -> int:
         # positionals first, so that jsonargparse reads them as positionals after the config file
         cli = cli_for_run(run, argv, command.prog, command)
         run, ckpt, name = command_checkpoint(lead[0], cli.config.ckpt)
-        checkpoint = runs.load_checkpoint(ckpt, trust=cli.config.trust_checkpoint)  # whole: a slimmed net's widths
+        checkpoint = checkpoints.load_checkpoint(
+            ckpt, trust=cli.config.trust_checkpoint
+        )  # whole: a slimmed net's widths
         load_weights(cli, ckpt, checkpoint)
         return RunJob(run, ckpt, name, checkpoint, cli)
 

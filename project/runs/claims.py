@@ -1,0 +1,84 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from pathlib import Path
+
+from project.errors import ConfigError
+from project.runs.files import check_folder, check_no_links
+from project.runs.layout import holds_run, version_of
+
+# Run folders this process claimed and may still release (empty) when the command fails before using them.
+_claimed: list[Path] = []
+
+
+def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
+    """Create and return a new run folder ``experiment/version_N``, atomically.
+
+    ``N`` is one more than the highest version present (or ``version`` when given: an int names ``version_N``, a
+    string the folder itself, as Lightning's loggers take it). The folder is made with
+    ``os.mkdir``, which fails when the name exists: two processes never get the same folder, whatever the
+    timing; a loser moves on to the next number. With an explicit ``version``, a folder that exists and holds
+    a run is refused; an existing folder without a run (a sweep trial's folder, prepared by the sweep) is taken.
+
+    Raises:
+        ConfigError: the experiment folder cannot be created or written (naming it), or ``version`` holds a run.
+    """
+    experiment = Path(experiment)
+    missing = [experiment, *experiment.parents]
+    missing = missing[: next(i for i, p in enumerate(missing) if p.exists())] if experiment.parents else []
+    check_folder(experiment, "trainer.logger.init_args.save_dir", keep=True)
+    try:
+        experiment.mkdir(parents=True, exist_ok=True)
+        _claimed.extend(reversed(missing))  # released (when empty) after the run folder, deepest first
+    except OSError as e:
+        raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {experiment} ({e.strerror})") from None
+    if version is not None:
+        name = f"version_{version}" if isinstance(version, int) else str(version)
+        if not name or Path(name).name != name or name in (".", ".."):
+            raise ConfigError(f"trainer.logger.init_args.version: {version!r} is not a folder name; give N or a name")
+        run = experiment / name
+        try:
+            run.mkdir()
+        except FileExistsError:
+            if run.is_symlink() or not run.is_dir() or holds_run(run):
+                raise ConfigError(
+                    f"trainer.logger.init_args.version: {run} already holds a run; continue it with --ckpt_path "
+                    f"{run}, or leave the version unset for a new folder"
+                ) from None
+            check_no_links(run)
+            return run
+        except OSError as e:
+            raise ConfigError(f"trainer.logger.init_args.version: cannot create {run} ({e.strerror})") from None
+        _claimed.append(run)
+        return run
+    taken = [version_of(p) for p in experiment.iterdir()] if experiment.is_dir() else []
+    n = max((v for v in taken if v is not None), default=-1) + 1
+    for _ in range(10_000):
+        run = experiment / f"version_{n}"
+        try:
+            run.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        except FileNotFoundError:  # another process's failed start removed the (then empty) experiment folder
+            experiment.mkdir(parents=True, exist_ok=True)
+            continue
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise ConfigError(f"trainer.logger.init_args.save_dir: {experiment}: the disk is full") from None
+            raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {run} ({e.strerror})") from None
+        _claimed.append(run)
+        return run
+    raise ConfigError(f"trainer.logger.init_args.save_dir: no free version_N under {experiment}")
+
+
+def release_claimed() -> None:
+    """Remove the run folders this process claimed that are still empty (the command failed before using
+    them), and the parent folders it created for them. A folder with anything in it is kept; nothing is
+    removed recursively."""
+    while _claimed:
+        with contextlib.suppress(OSError):
+            _claimed.pop().rmdir()

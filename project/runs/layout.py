@@ -1,0 +1,197 @@
+"""The run folder: the one place that knows its layout.
+
+``<save_dir>/<name>/version_N/`` holds one run and its resumes::
+
+    config.yaml                  the config the run started with (never rewritten)
+    config-resume-<k>.yaml       the config of each resume into this folder
+    events.out.tfevents.*        TensorBoard: curves, layout, images, PR curves, graph
+    hparams/events.out.tfevents.*  the run's HPARAMS session and metric columns (project.report.log_hparams)
+    checkpoints/last.ckpt, checkpoints/epochNN-val_acc*.ckpt
+    checkpoints/hpc_ckpt_<k>.ckpt  Lightning's SLURM preemption checkpoint (see project.cluster)
+    slurm_job.json               the SLURM job that runs this folder, one entry per (re)start
+    results.json                 written once the run has finished (atomically)
+    metrics.csv                  one row per finished epoch (project.report.EpochMetrics), rewritten atomically
+
+A new run's folder is **claimed** by :func:`claim_run` with an exclusive ``mkdir`` before the Trainer is built
+(rank 0 only); Lightning's logger and checkpoint callback then write into that folder. Any number of processes,
+on one machine or on shared storage whose ``mkdir`` is atomic (local disks, NFS, Lustre, GPFS), get one folder
+each; a folder that holds a run (its ``config.yaml``) is never taken as a fresh run.
+
+Everything the product writes into a run folder goes through :func:`write_bytes` (a new temporary file created
+exclusively in the same folder, fsync, atomic rename): a file is either its old or its new content, never
+half-written, and a link planted at a file's or a temporary file's name is replaced, never followed. A run
+folder holding a symbolic link is refused for writing (:func:`check_no_links`).
+
+Checkpoints are read with PyTorch's safe unpickler (``torch.load(weights_only=True)``): a file that
+needs more (a pickle that could run code) is refused unless the caller trusts it explicitly. Paths stored
+inside a checkpoint are data: :func:`inside` decides whether one may be touched (see ``RunCheckpoint``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from project.errors import ConfigError
+from project.runs.files import inside, write_json
+
+RESULTS = "results.json"
+
+
+_VERSION = re.compile(r"version_(\d+)")
+
+
+def version_of(path: Path) -> int | None:
+    m = _VERSION.fullmatch(path.name)
+    return int(m.group(1)) if m else None
+
+
+def runs_of(experiment: Path) -> list[Path]:
+    """Run folders ``version_N`` of an experiment folder, oldest first (by N)."""
+    if not experiment.is_dir():
+        return []
+    found = [p for p in experiment.iterdir() if p.is_dir() and version_of(p) is not None]
+    return sorted(found, key=version_of)
+
+
+def run_of_checkpoint(ckpt: Path) -> Path | None:
+    """The run folder a checkpoint lies in (``<run>/checkpoints/<file>.ckpt``), or ``None``."""
+    ckpt = ckpt.resolve()
+    run = ckpt.parent.parent
+    if ckpt.parent.name == "checkpoints" and version_of(run) is not None:
+        return run
+    return None
+
+
+def checkpoint_of(run: Path, which: str = "last") -> Path:
+    """``last.ckpt`` or the best checkpoint (by the run's ``results.json``, else the newest non-last file).
+
+    ``results.json``'s ``best_ckpt`` is data: only its file name is used, and only when it names a regular file
+    directly in this run's ``checkpoints/`` (a copied or moved run uses its own checkpoint, never the original's
+    nor any other path the file names).
+
+    Raises:
+        ConfigError: the run holds no such checkpoint.
+    """
+    folder = run / "checkpoints"
+    if which == "last":
+        path = folder / "last.ckpt"
+        if path.is_file():
+            return path
+    else:
+        best = read_results(run).get("best_ckpt") if (run / RESULTS).is_file() else None
+        named = folder / Path(best).name if isinstance(best, str) and best else None
+        if named is not None and inside(folder, named) and named.is_file():
+            return named
+        candidates = sorted(
+            (p for p in folder.glob("*.ckpt") if p.name != "last.ckpt" and not p.name.startswith("hpc_ckpt_")),
+            key=os.path.getmtime,
+        )
+        if candidates:
+            return candidates[-1]
+    raise ConfigError(f"{run} holds no {which} checkpoint (looked in {folder})")
+
+
+CONFIG = "config.yaml"
+
+
+def holds_run(run: Path) -> bool:
+    """Whether ``run`` already holds a run (its ``config.yaml``, written when training starts)."""
+    return (run / CONFIG).exists() or (run / CONFIG).is_symlink()
+
+
+def resume_configs(run: Path) -> list[tuple[int, Path]]:
+    """The run's ``config-resume-<k>.yaml`` files as ``(k, path)``, oldest first; other names (a user's backup such
+    as ``config-resume-old.yaml``) are not configs of the run."""
+    numbered = (re.fullmatch(r"config-resume-(\d+)\.yaml", p.name) for p in run.glob("config-resume-*.yaml"))
+    return sorted((int(m.group(1)), run / m.group(0)) for m in numbered if m)
+
+
+def latest_config(run: Path) -> Path:
+    """The config the run last ran with: its newest ``config-resume-<k>.yaml``, else ``config.yaml``."""
+    resumes = resume_configs(run)
+    return resumes[-1][1] if resumes else run / "config.yaml"
+
+
+def read_results(run: Path) -> dict[str, Any]:
+    """The run's ``results.json`` as a dict.
+
+    Raises:
+        ConfigError: the run has no readable ``results.json`` (it has not finished).
+    """
+    path = run / RESULTS
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is missing or unreadable ({type(e).__name__}); has the run finished?") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a results object")
+    return data
+
+
+def write_results(run: Path, results: dict[str, Any]) -> Path:
+    """Write the run's ``results.json`` atomically; returns its path."""
+    return write_json(run / RESULTS, results)
+
+
+def snapshot(run: Path | None) -> dict[Path, float]:
+    """Every file under ``run`` with its modification time (empty when the folder does not exist)."""
+    if run is None or not run.exists():
+        return {}
+    return {p: p.stat().st_mtime for p in run.rglob("*") if p.is_file()}
+
+
+def undo_since(run: Path, before: dict[Path, float]) -> bool:
+    """Remove what a failed command added to ``run``, unless it wrote a checkpoint worth keeping.
+
+    A new folder with no checkpoint is removed whole; in an existing folder (a resume), the files the
+    command created are removed. Returns whether anything was undone.
+    """
+    if not run.exists():
+        return False
+    now = snapshot(run)
+    new_ckpts = [p for p, t in now.items() if p.suffix == ".ckpt" and before.get(p) != t]
+    if new_ckpts:
+        return False
+    if not before:
+        import shutil
+
+        shutil.rmtree(run, ignore_errors=True)
+        return True
+    for p in now:
+        if p not in before:
+            p.unlink(missing_ok=True)
+    return True
+
+
+METRICS_CSV = "metrics.csv"
+
+
+def read_epoch_metrics(run: Path | None) -> list[dict[str, float]]:
+    """The rows of a run's ``metrics.csv`` (see :class:`project.report.EpochMetrics`): ``{"epoch": int, "step":
+    int, metric: float}``, empty cells left out; ``[]`` when the run has none or it is unreadable. Read as data: a
+    malformed cell is skipped, a file over 16 MiB is not read."""
+    path = run / METRICS_CSV if run is not None else None
+    try:
+        if path is None or path.stat().st_size > 16 << 20:
+            return []
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return []
+    rows = []
+    for raw in csv.DictReader(io.StringIO(text)):
+        row: dict[str, float] = {}
+        for key, cell in raw.items():
+            try:
+                row[key] = float(cell)
+            except (TypeError, ValueError):
+                continue
+        if "epoch" in row and "step" in row:
+            row["epoch"], row["step"] = int(row["epoch"]), int(row["step"])
+            rows.append(row)
+    return rows
