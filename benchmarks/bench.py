@@ -265,11 +265,15 @@ class Bench:
     def slim_widths(self) -> dict[str, list[int]]:
         """The widths ``--slim_config``'s StructuredPruning leaves the config's net with (its final step)."""
         if self._slim_widths is None:
-            cli = ProjectCLI(["--config", self.args.config, "--config", self.slim_config, "--trainer.logger", "false"],
-                             prog="python -m benchmarks.bench")  # fmt: skip
+            cli = ProjectCLI(
+                ["--config", self.args.config, "--config", self.slim_config, "--trainer.logger", "false"],
+                prog="python -m benchmarks.bench",
+            )
             cb = next((c for c in cli.trainer.callbacks if isinstance(c, StructuredPruning)), None)
             if cb is None:
-                raise UserError(f"--slim_config {self.slim_config}: it configures no project.callbacks.StructuredPruning")
+                raise UserError(
+                    f"--slim_config {self.slim_config}: it configures no project.callbacks.StructuredPruning"
+                )
             net = self.model().net
             cb.reference(net)
             slim(net, cb.keep_at(cb.end_epoch), cb.norm, cb.layer_types)
@@ -305,10 +309,18 @@ class Bench:
         out = {
             "dense": {"params": params, "nonzero_params": params, "macs_per_sample": macs, "widths": dense.widths()},
             # l1_unstructured(amount=0.5) prunes round(0.5 * n) weights of each tensor; biases are kept
-            "pruned_50": {"params": params, "macs_per_sample": macs, "widths": dense.widths(),
-                          "nonzero_params": params - sum(round(0.5 * m.weight.numel()) for m in dense.modules()
-                                                         if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))},
-        }  # fmt: skip
+            "pruned_50": {
+                "params": params,
+                "macs_per_sample": macs,
+                "widths": dense.widths(),
+                "nonzero_params": params
+                - sum(
+                    round(0.5 * m.weight.numel())
+                    for m in dense.modules()
+                    if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+                ),
+            },
+        }
         if with_slim:
             net = self.model(widths=self.slim_widths).net
             n = sum(p.numel() for p in net.parameters())
@@ -366,8 +378,12 @@ class Bench:
         }
         for kind in ("dense", "pruned_50", "slim"):
             for batch in INFER_BATCHES:
-                settings = {"loop": "inference", "batch_size": batch, "steps": self.infer_steps(batch),
-                            "channels_last": self.channels_last}  # fmt: skip
+                settings = {
+                    "loop": "inference",
+                    "batch_size": batch,
+                    "steps": self.infer_steps(batch),
+                    "channels_last": self.channels_last,
+                }
                 if kind == "pruned_50":
                     settings["pruned"] = 0.5
                 if kind == "slim" and name == f"infer_slim_{batch}":
@@ -532,8 +548,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=None, help="default: the config's")
     p.add_argument("--num_workers", type=int, default=None, help="loader workers; default: config on GPU, 0 on CPU")
     p.add_argument("--rows", nargs="+", choices=ALL_ROWS, default=ALL_ROWS, metavar="ROW", help=" ".join(ALL_ROWS))
-    p.add_argument("--slim_config", default="configs/slim.yaml",
-                   help="overlay with the StructuredPruning whose final widths the slim rows use")  # fmt: skip
+    p.add_argument(
+        "--slim_config",
+        default="configs/slim.yaml",
+        help="overlay with the StructuredPruning whose final widths the slim rows use",
+    )
     p.add_argument("--out", default="bench.json", help="JSON output; a .md table is written beside it")
     args = p.parse_args(argv)
     for key in ("steps", "warmup", "repeats"):
@@ -576,8 +595,12 @@ def main(argv: list[str] | None = None) -> int:
     comparison = pruning_markdown(rows, nets) if "slim" in nets else ""
     if comparison:
         table += "\nDense vs pruned (× = speed relative to the dense net):\n\n" + comparison
-    meta = {"flops_per_sample": bench.flops_per_sample, "gemm_gflops": bench.ceiling,
-            "fp32_gemm_gflops_per_round": bench.fp32_gemm, "nets": nets}  # fmt: skip
+    meta = {
+        "flops_per_sample": bench.flops_per_sample,
+        "gemm_gflops": bench.ceiling,
+        "fp32_gemm_gflops_per_round": bench.fp32_gemm,
+        "nets": nets,
+    }
     write_report(Path(args.out), {"header": header, **meta, "rows": rows}, table)
     return 0
 

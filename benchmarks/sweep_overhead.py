@@ -61,8 +61,14 @@ class TrialClock(_Base):  # type: ignore[misc, valid-type]
         end = (time.time(), time.process_time())
         # cpu_before_work_s: the process's CPU seconds before fit's setup (a fork starts at 0; a new interpreter
         # has imported torch and Lightning by then)
-        record = {"wall_s": end[0] - self.start[0], "cpu_s": end[1] - self.start[1], "process_start": _started(),
-                  "work_start": self.start[0], "work_end": end[0], "cpu_before_work_s": self.start[1]}  # fmt: skip
+        record = {
+            "wall_s": end[0] - self.start[0],
+            "cpu_s": end[1] - self.start[1],
+            "process_start": _started(),
+            "work_start": self.start[0],
+            "work_end": end[0],
+            "cpu_before_work_s": self.start[1],
+        }
         (Path(trainer.logger.log_dir) / "clock.json").write_text(json.dumps(record))
 
 
@@ -95,8 +101,16 @@ def run_sweep(checkout: Path, data_dir: Path, seeds: int, work: Path) -> dict[st
     spec["seeds"] = list(range(1, seeds + 1))
     work.mkdir(parents=True)
     (work / "sweep.yaml").write_text(yaml.safe_dump(spec))
-    cmd = [sys.executable, "-m", "project.sweep", "--config", "sweep.yaml", "--data.data_dir", str(data_dir),
-           "--trainer.callbacks+=sweep_overhead.TrialClock"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "project.sweep",
+        "--config",
+        "sweep.yaml",
+        "--data.data_dir",
+        str(data_dir),
+        "--trainer.callbacks+=sweep_overhead.TrialClock",
+    ]
     cpu0, t0, start = _children_cpu(), time.perf_counter(), time.time()
     proc = subprocess.run(cmd, cwd=work, env=_env(checkout), capture_output=True, text=True)
     wall, cpu, end = time.perf_counter() - t0, _children_cpu() - cpu0, time.time()
@@ -129,8 +143,9 @@ def make_runs(template: Path, n: int, root: Path) -> None:
     """``n`` run folders under ``root/smoke`` copied round-robin from the trial folders in ``template``."""
     sources = sorted(template.glob("version_*"))
     for i in range(n):
-        shutil.copytree(sources[i % len(sources)], root / "smoke" / f"version_{i}",
-                        ignore=shutil.ignore_patterns("checkpoints"))  # fmt: skip
+        shutil.copytree(
+            sources[i % len(sources)], root / "smoke" / f"version_{i}", ignore=shutil.ignore_patterns("checkpoints")
+        )
 
 
 def run_summarize(checkout: Path, root: Path, out: Path) -> dict[str, float]:
@@ -170,8 +185,9 @@ def main() -> int:
     checkouts = {"before": ns.before.resolve(), "after": ns.after.resolve()}
     for checkout in checkouts.values():  # each command must import its own checkout's package
         probe = [sys.executable, "-c", "import project; print(project.__file__)"]
-        where = subprocess.run(probe, cwd=tempfile.gettempdir(), env=_env(checkout), capture_output=True,
-                               text=True).stdout.strip()  # fmt: skip
+        where = subprocess.run(
+            probe, cwd=tempfile.gettempdir(), env=_env(checkout), capture_output=True, text=True
+        ).stdout.strip()
         if not where.startswith(str(checkout)):
             raise SystemExit(f"{checkout}: python imports project from {where or 'nowhere'}")
     result: dict[str, Any] = {"machine": machine(), "precision": "32-true", "sweeps": {k: [] for k in checkouts}}
@@ -180,12 +196,17 @@ def main() -> int:
             for label, checkout in checkouts.items():
                 got = run_sweep(checkout, ns.data_dir.resolve(), ns.seeds, Path(tmp) / f"{label}-{r}")
                 result["sweeps"][label].append(got)
-                print(f"{label} round {r}: {len(got['trials'])} trials, wall {got['wall_s']:.1f} s, cpu "
-                      f"{got['cpu_s']:.1f} s, overhead per trial {got['overhead_wall_s']:.2f} s wall "
-                      f"({got['steady_overhead_wall_s']:.2f} s without start and report), "
-                      f"{got['overhead_cpu_s']:.2f} s cpu", flush=True)  # fmt: skip
-        values = {label: sorted((t["lr"], t["seed"], t["value"]) for s in runs for t in s["trials"])
-                  for label, runs in result["sweeps"].items()}  # fmt: skip
+                print(
+                    f"{label} round {r}: {len(got['trials'])} trials, wall {got['wall_s']:.1f} s, cpu "
+                    f"{got['cpu_s']:.1f} s, overhead per trial {got['overhead_wall_s']:.2f} s wall "
+                    f"({got['steady_overhead_wall_s']:.2f} s without start and report), "
+                    f"{got['overhead_cpu_s']:.2f} s cpu",
+                    flush=True,
+                )
+        values = {
+            label: sorted((t["lr"], t["seed"], t["value"]) for s in runs for t in s["trials"])
+            for label, runs in result["sweeps"].items()
+        }
         result["identical_values"] = len(set(map(tuple, values.values()))) == 1
         result["summarize"] = {}
         for n in ns.runs:
@@ -197,17 +218,24 @@ def main() -> int:
                 print(f"summarize {n} runs, {label}: wall {got['wall_s']:.1f} s, cpu {got['cpu_s']:.1f} s", flush=True)
             shutil.rmtree(root)
     lines = ["| measure | before | after |", "|---|---:|---:|"]
-    measures = (("overhead_wall_s", "per-trial overhead, wall (s)"), ("overhead_cpu_s", "per-trial overhead, CPU (s)"),
-                ("steady_overhead_wall_s", "per-trial overhead without the sweep's start and report, wall (s)"),
-                ("fixed_wall_s", "the sweep's start and report, wall (s)"),
-                ("trial_cpu_before_work_s", "a trial process's CPU before its fit starts (s), median"),
-                ("wall_s", "sweep wall (s)"), ("cpu_s", "sweep CPU (s)"))  # fmt: skip
+    measures = (
+        ("overhead_wall_s", "per-trial overhead, wall (s)"),
+        ("overhead_cpu_s", "per-trial overhead, CPU (s)"),
+        ("steady_overhead_wall_s", "per-trial overhead without the sweep's start and report, wall (s)"),
+        ("fixed_wall_s", "the sweep's start and report, wall (s)"),
+        ("trial_cpu_before_work_s", "a trial process's CPU before its fit starts (s), median"),
+        ("wall_s", "sweep wall (s)"),
+        ("cpu_s", "sweep CPU (s)"),
+    )
     for key, name in measures:
         cells = [statistics.median(s[key] for s in result["sweeps"][label]) for label in checkouts]
         lines.append(f"| {name}, median of {ns.rounds} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     for n, by in result["summarize"].items():
-        lines.append(f"| summarize {n} runs, wall / CPU (s) | " + " | ".join(
-            f"{by[label]['wall_s']:.2f} / {by[label]['cpu_s']:.2f}" for label in checkouts) + " |")  # fmt: skip
+        lines.append(
+            f"| summarize {n} runs, wall / CPU (s) | "
+            + " | ".join(f"{by[label]['wall_s']:.2f} / {by[label]['cpu_s']:.2f}" for label in checkouts)
+            + " |"
+        )
     lines.append(f"\nidentical objective values: {result['identical_values']}; machine: {result['machine']}")
     print("\n".join(lines))
     if ns.out:

@@ -14,8 +14,39 @@ import typing
 from typing import Any
 
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
 
 # -- Lightning: ModelCheckpoint ---------------------------------------------------------------------------------
+
+
+class LastSaveRecorder(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` that records in :attr:`last_saved_step` the global step of its newest
+    ``last.ckpt``, by overriding ``ModelCheckpoint._save_last_checkpoint`` (the one method that writes it; no
+    public hook tells when ``last.ckpt`` was written). ``project.callbacks.RunCheckpoint`` reads it."""
+
+    last_saved_step: int | None = None
+
+    def _save_last_checkpoint(self, trainer: Any, monitor_candidates: dict[str, torch.Tensor]) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self.last_saved_step = trainer.global_step
+
+
+# -- Lightning: LightningCLI ------------------------------------------------------------------------------------
+
+
+class TrainerCallbacksCLI(LightningCLI):
+    """Lightning's ``LightningCLI`` whose Trainer callbacks pass through :meth:`trainer_callbacks` first, by
+    overriding ``LightningCLI._instantiate_trainer(config, callbacks)``: the one place the config's callbacks and
+    the class-argument callbacks (``--checkpoint``, ``--lr_monitor``, ...) meet before the Trainer is built; its
+    public ``instantiate_trainer`` sees them only after."""
+
+    def trainer_callbacks(self, config: dict[str, Any], callbacks: list[Any]) -> list[Any]:
+        """The callbacks the Trainer gets; ``config`` is the Trainer's init arguments. Default: all of them."""
+        return callbacks
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        return super()._instantiate_trainer(config, self.trainer_callbacks(config, callbacks))
 
 
 def save_last_checkpoint(callback: Any, trainer: Any) -> None:

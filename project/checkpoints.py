@@ -16,7 +16,19 @@ from project.errors import ConfigError
 
 
 def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
-    """Read a checkpoint with ``torch.load(weights_only=True)`` on the CPU.
+    """A Lightning training checkpoint (``state_dict`` and ``loops``), read by :func:`read_checkpoint`.
+
+    Raises:
+        ConfigError: as :func:`read_checkpoint`, or not a Lightning training checkpoint.
+    """
+    ckpt = read_checkpoint(path, trust)
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "loops" not in ckpt:
+        raise ConfigError(f"ckpt_path: {path} is not a Lightning training checkpoint (no state_dict/loops)")
+    return ckpt
+
+
+def read_checkpoint(path: str | os.PathLike[str], trust: bool = False) -> Any:
+    """Read a checkpoint file with ``torch.load(weights_only=True)`` on the CPU.
 
     Args:
         trust: allow full unpickling (``weights_only=False``) -- only for files the user made: a crafted
@@ -28,8 +40,8 @@ def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
     took 400 MiB. The memory a checkpoint takes is then bounded by its file size.
 
     Raises:
-        ConfigError: unreadable, not a Lightning checkpoint, or (untrusted) needing more than the safe
-            unpickler allows, or with records compressed or larger than the file.
+        ConfigError: unreadable, or (untrusted) needing more than the safe unpickler allows, or with records
+            compressed or larger than the file.
     """
     import torch  # here: the commands that only read run folders (summarize) need not import torch
 
@@ -47,12 +59,10 @@ def load_checkpoint(path: str | Path, trust: bool = False) -> dict[str, Any]:
             ) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ConfigError(f"ckpt_path: {path} is not a readable checkpoint ({type(e).__name__}: {first})") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "loops" not in ckpt:
-        raise ConfigError(f"ckpt_path: {path} is not a Lightning training checkpoint (no state_dict/loops)")
     return ckpt
 
 
-def check_zip_records(path: str | Path) -> None:
+def check_zip_records(path: str | os.PathLike[str]) -> None:
     """Refuse a checkpoint that is not a zip of stored records whose sizes fit in the file (see ``load_checkpoint``).
 
     Raises:

@@ -11,7 +11,8 @@ loading: :mod:`project.commands`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, cast
 
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -60,4 +61,4 @@ COMMAND = Command("evaluate", "Evaluate a run's checkpoint on its test or valida
 main = main_of(COMMAND)
 
 if __name__ == "__main__":
-    exit_with(main)
+    exit_with(cast("Callable[[], int]", main))  # main_of's type leaves out that argv defaults to None

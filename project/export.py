@@ -33,8 +33,9 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+import lightning as L
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.pytorch.cli import LightningArgumentParser
@@ -88,7 +89,7 @@ def test_batch(cli: ProjectCLI, n: int = 256) -> torch.Tensor:
     return x.float()
 
 
-def export_file(model: torch.nn.Module, fmt: str, example: torch.Tensor, out: Path) -> Callable:
+def export_file(model: L.LightningModule, fmt: str, example: torch.Tensor, out: Path) -> Callable:
     """Write ``model`` in ``fmt`` to ``out`` (batch axis dynamic); return a callable running the written file.
 
     The callable takes a float32 tensor (N, C, H, W) and returns logits (N, num_classes) as a float32 tensor.
@@ -100,8 +101,9 @@ def export_file(model: torch.nn.Module, fmt: str, example: torch.Tensor, out: Pa
     try:
         with quiet_exporters():
             if fmt == "onnx":
-                model.to_onnx(out, example, dynamo=True, dynamic_shapes={"x": {0: batch}}, external_data=False,
-                              verbose=False)  # fmt: skip
+                model.to_onnx(
+                    out, example, dynamo=True, dynamic_shapes={"x": {0: batch}}, external_data=False, verbose=False
+                )
                 import onnxruntime as ort
 
                 options = ort.SessionOptions()
@@ -210,10 +212,15 @@ def export(job: RunJob) -> dict[str, Any]:
     return record
 
 
-COMMAND = Command("export", "Export a run's net to ONNX, TorchScript or torch.export and check it.", add_arguments,
-                  export, overrides=("--trainer.accelerator", "cpu", "--model.compile", "false"))  # fmt: skip
+COMMAND = Command(
+    "export",
+    "Export a run's net to ONNX, TorchScript or torch.export and check it.",
+    add_arguments,
+    export,
+    overrides=("--trainer.accelerator", "cpu", "--model.compile", "false"),
+)
 main = main_of(COMMAND)
 
 
 if __name__ == "__main__":
-    exit_with(main)
+    exit_with(cast("Callable[[], int]", main))  # main_of's type leaves out that argv defaults to None

@@ -29,8 +29,9 @@ from project.cli.parser import ProjectCLI
 from project.errors import ConfigError
 from project.nets import build_net
 from project.report import results as run_report
+from project.report.figures import TestReport
 from project.report.run_logger import run_dir
-from project.runs import layout
+from project.runs import claims, layout
 
 log = logging.getLogger("project")
 
@@ -146,6 +147,7 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
         # A pruning run is judged on its final, fully pruned (or slimmed) weights: its best val/acc may predate
         # pruning.
         test_ckpt = "best" if best and pruning is None else None
+        trainer.callbacks.append(TestReport())  # confusion matrix, misclassified images, PR curves
         metrics = trainer.test(model, datamodule=data, ckpt_path=test_ckpt, verbose=False, weights_only=True)[0]
     except BaseException:
         if trainer.is_global_zero and log_dir is not None:
@@ -163,7 +165,16 @@ def fit(cli: ProjectCLI) -> dict[str, Any]:
 
 def main(args: list[str] | None = None) -> int:
     """Entry point of ``python -m project.fit``; returns the exit status (0 ok, 1 bad data/run, 2 bad config)."""
-    return run_main(lambda: ProjectCLI(args, description=__doc__.splitlines()[0]), fit)
+    return run_main(lambda: ProjectCLI(args, description=__doc__.splitlines()[0]), fit_and_release)
+
+
+def fit_and_release(cli: ProjectCLI) -> dict[str, Any]:
+    """:func:`fit`; then the run folder this command claimed is removed if it is still empty (the run failed before
+    writing anything into it)."""
+    try:
+        return fit(cli)
+    finally:
+        claims.release(cli.claimed)
 
 
 if __name__ == "__main__":

@@ -12,19 +12,22 @@ import inspect
 import logging
 import math
 import os
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, cast
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from jsonargparse.typing import PositiveInt
+from lightning.fabric.utilities.data import AttributeDict
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from project.adapters import to_builtin
+from project.checkpoints import read_checkpoint
 from project.errors import ConfigError, DivergenceError
-from project.nets import NETS, build_net
+from project.nets import NETS, Net, build_net, train_flops_per_sample
 
 log = logging.getLogger("project")
 
@@ -76,7 +79,7 @@ class ImageClassifier(L.LightningModule):
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"], logger=False)
         to_builtin(self.hparams)
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
-        self.net = self._build(widths)
+        self.net: Net = self._build(widths)
         if input_shape is not None and tuple(input_shape) != tuple(self.net.input_shape):
             shape = "x".join(map(str, input_shape))
             fits = [name for name, cls in NETS.items() if tuple(cls.input_shape) == tuple(input_shape)]
@@ -94,7 +97,12 @@ class ImageClassifier(L.LightningModule):
         if channels_last:
             self.net.to(memory_format=torch.channels_last)
 
-    def _build(self, widths: dict[str, Any] | None) -> torch.nn.Module:
+    @property
+    def hparams(self) -> AttributeDict:
+        """Lightning's ``hparams`` (what ``save_hyperparameters`` saved), typed as the ``AttributeDict`` it is."""
+        return cast(AttributeDict, super().hparams)
+
+    def _build(self, widths: dict[str, Any] | None) -> Net:
         try:
             return build_net(self.hparams.net, self.hparams.num_classes, widths)
         except (TypeError, ValueError) as e:
@@ -160,26 +168,27 @@ class ImageClassifier(L.LightningModule):
         """Lightning's ``load_from_checkpoint``, after checking the file and its hyper-parameters (``net``,
         ``num_classes``, ``widths``, with ``kwargs`` over them) against its weights on the meta device
         (:func:`check_weights`): Lightning builds the module from the hyper-parameters before any hook runs, so a
-        small file claiming a huge net would be allocated first. Unless ``weights_only=False``, the file is read
-        with the safe unpickler after :func:`project.runs.check_zip_records`. A file object or an ``hparams_file``
-        goes to Lightning unchecked.
+        small file claiming a huge net would be allocated first. The file is read by
+        :func:`project.checkpoints.read_checkpoint` (the safe unpickler, records checked first, unless
+        ``weights_only=False``). A file object or an ``hparams_file`` goes to Lightning unchecked.
 
         Raises:
-            ConfigError: the file's records are compressed or larger than the file, or its hyper-parameters do
-                not match its weights.
+            ConfigError: the file is unreadable, needs more than the safe unpickler (unless
+                ``weights_only=False``), its records are compressed or larger than the file, or its hyper-parameters
+                do not match its weights.
         """
         if isinstance(checkpoint_path, str | os.PathLike) and hparams_file is None:
-            from project.checkpoints import check_zip_records
-
-            if weights_only is not False:
-                check_zip_records(checkpoint_path)
-            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=weights_only is not False)
+            checkpoint = read_checkpoint(checkpoint_path, trust=weights_only is False)
             hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
             if isinstance(hparams, dict) and "state_dict" in checkpoint:
                 hparams = {**hparams, **kwargs}
                 try:
-                    check_weights(hparams.get("net", "lenet"), hparams.get("num_classes", 10), hparams.get("widths"),
-                                  checkpoint["state_dict"])  # fmt: skip
+                    check_weights(
+                        hparams.get("net", "lenet"),
+                        hparams.get("num_classes", 10),
+                        hparams.get("widths"),
+                        checkpoint["state_dict"],
+                    )
                 except ConfigError as e:
                     raise ConfigError(f"{checkpoint_path}: {e}") from None
             del checkpoint
@@ -205,7 +214,7 @@ class ImageClassifier(L.LightningModule):
     @property
     def flops_per_batch(self) -> float | None:
         """Training FLOPs (forward + backward) of the last training batch, for Lightning's ``ThroughputMonitor``
-        (``train/flops_per_sec``): :func:`project.slim.train_flops_per_sample` of the net's current widths times
+        (``train/flops_per_sec``): :func:`project.nets.train_flops_per_sample` of the net's current widths times
         the batch's samples. None before the first training step."""
         samples = getattr(self, "_batch_samples", None)
         if samples is None:
@@ -213,8 +222,6 @@ class ImageClassifier(L.LightningModule):
         widths = self.net.widths()
         key = repr(widths)
         if getattr(self, "_flops_key", None) != key:
-            from project.nets import train_flops_per_sample
-
             self._flops_key = key
             self._flops_per_sample = train_flops_per_sample(self.hparams.net, self.hparams.num_classes, widths)
         return self._flops_per_sample * samples
@@ -288,10 +295,6 @@ class ImageClassifier(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         # compute() syncs across DDP ranks, so every rank holds the full-test-set matrix (rows: true class).
         self.test_confusion = self.test_confmat.compute().cpu()
-        if self.trainer.is_global_zero:
-            from project.report.figures import write_test_report
-
-            write_test_report(self.trainer, self)
 
     def configure_optimizers(self) -> Any:
         try:
@@ -302,9 +305,10 @@ class ImageClassifier(L.LightningModule):
             # Lightning refuses to clip the gradients of a fused optimizer under any *-mixed precision (a fused
             # step unscales 16-mixed gradients itself, after clipping would have run); the unfused step computes
             # the same update, so the run clips with it.
-            log.info("gradient clipping under %s precision: %s runs unfused", self.trainer.precision,
-                     type(opt).__name__)  # fmt: skip
-            opt = self.optimizer(self.parameters(), fused=False)
+            log.info(
+                "gradient clipping under %s precision: %s runs unfused", self.trainer.precision, type(opt).__name__
+            )
+            opt = cast(Callable[..., torch.optim.Optimizer], self.optimizer)(self.parameters(), fused=False)
         if self.lr_scheduler is None:
             return opt
         kwargs: dict[str, Any] = {}
@@ -349,8 +353,9 @@ def check_weights(net: Any, num_classes: Any, widths: Any, state_dict: Any) -> N
         with torch.device("meta"):
             built = build_net(net, num_classes, widths)
     except (TypeError, ValueError, RuntimeError, OverflowError, MemoryError) as e:  # absurd sizes overflow on meta
-        raise ConfigError(f"hyper_parameters (net {net!r}, num_classes {num_classes!r}, widths {widths!r}) do not "
-                          f"give a net ({e})") from None  # fmt: skip
+        raise ConfigError(
+            f"hyper_parameters (net {net!r}, num_classes {num_classes!r}, widths {widths!r}) do not give a net ({e})"
+        ) from None
     if not isinstance(state_dict, dict):
         raise ConfigError("its state_dict is not a mapping of parameter names to tensors")
     expected = {f"net.{k}": tuple(v.shape) for k, v in built.state_dict().items()}
@@ -366,7 +371,7 @@ def check_weights(net: Any, num_classes: Any, widths: Any, state_dict: Any) -> N
                 f"hyper_parameters.{what} do not match its weights ({key}: {held} in the file, {want} by the "
                 "hyper-parameters); the checkpoint is inconsistent, not loaded"
             )
-    needed, held_bytes = 0, {}
+    needed, held_bytes = 0, dict[int, int]()
     for key, tensor in got.items():
         storage = tensor.untyped_storage()
         size = tensor.numel() * tensor.element_size()

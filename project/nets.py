@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from torch import nn
@@ -107,10 +107,13 @@ class LeNet(nn.Module):
         return {"channels": [self.conv1.out_channels, self.conv2.out_channels], "hidden": [self.fc1.out_features]}
 
 
-NETS: dict[str, type[nn.Module]] = {"simple_cnn": SimpleCNN, "lenet": LeNet}
+#: A recipe net (what :func:`build_net` returns): an ``nn.Module`` with ``input_shape`` and :meth:`widths`.
+Net: TypeAlias = SimpleCNN | LeNet
+
+NETS: dict[str, type[Net]] = {"simple_cnn": SimpleCNN, "lenet": LeNet}
 
 
-def build_net(name: str, num_classes: int = 10, widths: dict[str, Any] | None = None) -> nn.Module:
+def build_net(name: str, num_classes: int = 10, widths: dict[str, Any] | None = None) -> Net:
     """Return a freshly initialised net by name (``"simple_cnn"`` or ``"lenet"``).
 
     Args:

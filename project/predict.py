@@ -21,8 +21,9 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from jsonargparse.typing import PositiveInt
@@ -57,12 +58,24 @@ class CsvRows(BasePredictionWriter):
         self.writer, self.files, self.classes, self.k = writer, files, classes, k
         self.rows = 0
 
-    def write_on_batch_end(self, trainer: Any, pl_module: Any, prediction: torch.Tensor, batch_indices: Any,
-                           batch: Any, batch_idx: int, dataloader_idx: int) -> None:  # fmt: skip
+    def write_on_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        prediction: torch.Tensor,
+        batch_indices: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int,
+    ) -> None:
         top = torch.topk(prediction, self.k, dim=1)
         for i, values, indices in zip(batch_indices, top.values.tolist(), top.indices.tolist()):
-            row: dict[str, Any] = {"path": str(self.files[i]), "pred": indices[0], "label": self.classes[indices[0]],
-                                   "prob": round(values[0], 6)}  # fmt: skip
+            row: dict[str, Any] = {
+                "path": str(self.files[i]),
+                "pred": indices[0],
+                "label": self.classes[indices[0]],
+                "prob": round(values[0], 6),
+            }
             for j in range(self.k):
                 row[f"top{j + 1}_label"] = self.classes[indices[j]]
                 row[f"top{j + 1}_prob"] = round(values[j], 6)
@@ -102,7 +115,8 @@ def predict(job: RunJob) -> int:
                 writer = csv.DictWriter(f, fieldnames=fields)
                 writer.writeheader()
                 rows_out = CsvRows(writer, images.files, classes, k)
-                job.cli.trainer.callbacks.append(rows_out)
+                # Trainer.callbacks: set by Lightning's CallbackConnector, not declared on the class
+                job.cli.trainer.callbacks.append(rows_out)  # type: ignore[attr-defined]
                 job.cli.trainer.predict(model, datamodule=data, return_predictions=False)
                 f.detach()  # the CSV is written through; atomic_file closes the file itself
         except OSError as e:
@@ -115,10 +129,16 @@ def predict(job: RunJob) -> int:
     return rows
 
 
-COMMAND = Command("predict", "Classify image files with a run's checkpoint into a CSV.", add_arguments, predict,
-                  overrides=("--trainer.accelerator", "cpu"), positionals="RUN INPUT [INPUT ...]")  # fmt: skip
+COMMAND = Command(
+    "predict",
+    "Classify image files with a run's checkpoint into a CSV.",
+    add_arguments,
+    predict,
+    overrides=("--trainer.accelerator", "cpu"),
+    positionals="RUN INPUT [INPUT ...]",
+)
 main = main_of(COMMAND)
 
 
 if __name__ == "__main__":
-    exit_with(main)
+    exit_with(cast("Callable[[], int]", main))  # main_of's type leaves out that argv defaults to None

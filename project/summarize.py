@@ -38,9 +38,11 @@ from project.summary.tables import DEFAULT_METRICS, collect, groups_csv, runs_cs
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 nothing to summarize or a bad argument)."""
-    p = ArgumentParser(prog="python -m project.summarize", description=__doc__.splitlines()[0],
-                                epilog="KEY: a results.json key, 'experiment', or a dotted config key (any "
-                                       "unambiguous ending: lr, amount).")  # fmt: skip
+    p = ArgumentParser(
+        prog="python -m project.summarize",
+        description=__doc__.splitlines()[0],
+        epilog="KEY: a results.json key, 'experiment', or a dotted config key (any unambiguous ending: lr, amount).",
+    )
     p.add_argument("roots", nargs="*", default=["logs"], metavar="FOLDER", help="logs folders or run folders")
     p.add_argument("--by", nargs="+", metavar="KEY", help="group by these keys (default: same config but the seed)")
     p.add_argument("--x", metavar="KEY", help="plot test accuracy against this key (default: the first --by key)")
@@ -66,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.no_plots:
         written = plot(stats, found, out, ns.x or (ns.by[0] if ns.by else None))
     print(table if ns.format == "md" else groups_csv(stats, ns.metrics), end="")
-    print(f"-> {out / 'summary.md'}, summary.csv, summary-runs.csv, summary.json"
-          + "".join(f", {w.name}" for w in written), file=sys.stderr)  # fmt: skip
+    print(
+        f"-> {out / 'summary.md'}, summary.csv, summary-runs.csv, summary.json"
+        + "".join(f", {w.name}" for w in written),
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -37,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", args.logdir, "--host", "127.0.0.1",
-                           "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    tb = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", args.logdir, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 120
@@ -54,11 +57,22 @@ def main(argv: list[str] | None = None) -> int:
         for tab in args.tabs:
             png = out / f"{tab}.png"
             subprocess.run(
-                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                 f"--window-size={args.width},{args.height}", "--virtual-time-budget=20000",
-                 f"--screenshot={png.resolve()}", f"{base}/#{tab}"],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
-            )  # fmt: skip
+                [
+                    browser,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--hide-scrollbars",
+                    f"--window-size={args.width},{args.height}",
+                    "--virtual-time-budget=20000",
+                    f"--screenshot={png.resolve()}",
+                    f"{base}/#{tab}",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=120,
+            )
             print(f"wrote {png}")
     finally:
         tb.terminate()

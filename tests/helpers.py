@@ -26,20 +26,32 @@ REPO = Path(__file__).resolve().parents[1]
 def tiny_args(paths: dict, logs: Path, *extra: str, name: str = "tiny") -> list[str]:
     """CLI arguments for a quick LeNet run on the tiny MNIST fixture (500 train / 100 val / 100 test)."""
     return [
-        "--data", "project.data.MNISTDataModule",
-        "--data.data_dir", str(paths["data"]),
-        "--data.source_dir", str(paths["source"]),
-        "--data.val_size", "100",
-        "--data.batch_size", "50",
-        "--model.optimizer", "torch.optim.SGD",
-        "--model.optimizer.lr", "0.01",
-        "--trainer.max_epochs", "1",
-        "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false",
-        "--trainer.logger.init_args.save_dir", str(logs),
-        "--trainer.logger.init_args.name", name,
+        "--data",
+        "project.data.MNISTDataModule",
+        "--data.data_dir",
+        str(paths["data"]),
+        "--data.source_dir",
+        str(paths["source"]),
+        "--data.val_size",
+        "100",
+        "--data.batch_size",
+        "50",
+        "--model.optimizer",
+        "torch.optim.SGD",
+        "--model.optimizer.lr",
+        "0.01",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(logs),
+        "--trainer.logger.init_args.name",
+        name,
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 def run_module(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -57,6 +57,36 @@ def test_no_library_private_member_outside_the_adapter_module():
     assert found == {}
 
 
+def test_no_library_private_method_is_overridden_outside_the_adapter_module():
+    """A project class that defines a method a library parent has under an underscored name overrides library
+    internals: only ``project.adapters`` may (its ``LastSaveRecorder``, ``TrainerCallbacksCLI``)."""
+    import importlib
+    import pkgutil
+
+    import project
+
+    found, checked = [], 0
+    for info in pkgutil.walk_packages(project.__path__, "project."):
+        if info.name == "project.adapters" or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for cls in vars(module).values():
+            if not isinstance(cls, type) or cls.__module__ != module.__name__:
+                continue
+            library = [b for b in cls.__mro__[1:] if not b.__module__.startswith("project") and b is not object]
+            checked += bool(library)
+            for name in vars(cls):
+                if (
+                    name.startswith("_")
+                    and not name.startswith("__")
+                    and name != "_abc_impl"
+                    and any(hasattr(b, name) for b in library)
+                ):
+                    found.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    assert checked >= 10 and found == []
+    assert any(name.startswith("_") for name in vars(adapters.LastSaveRecorder))  # the test sees overrides
+
+
 def test_lightning_members_the_adapters_use_still_exist(tiny_mnist, tmp_path):
     for cls, names in (
         (ModelCheckpoint, ["_save_last_checkpoint", "_monitor_candidates", "_should_save_on_train_epoch_end"]),
@@ -76,9 +106,17 @@ def test_lightning_members_the_adapters_use_still_exist(tiny_mnist, tmp_path):
     pruning, ckpt, monitor, lr = Pruning(amount=0.5), RunCheckpoint(dirpath=tmp_path / "c"), Throughput(), None
     lr = LearningRateMonitor(logging_interval="step")
     logger = L.pytorch.loggers.CSVLogger(tmp_path)
-    trainer = L.Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, logger=logger, accelerator="cpu",
-                        callbacks=[pruning, ckpt, monitor, lr], enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        logger=logger,
+        accelerator="cpu",
+        callbacks=[pruning, ckpt, monitor, lr],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     dm = MNISTDataModule(data_dir=tiny_mnist["data"], source_dir=tiny_mnist["source"], val_size=100, batch_size=50)
     trainer.fit(ImageClassifier(net="lenet", num_classes=10, input_shape=(1, 28, 28)), datamodule=dm)
     assert len(adapters.pruning_targets(pruning)) == 4 and adapters.pruning_settings(pruning) == (["weight"], True)

@@ -12,9 +12,26 @@ from benchmarks.bench import ALL_ROWS, main
 
 def run_bench(tmp_path, rows, config=REPO / "configs/mnist.yaml"):
     out = tmp_path / "bench.json"
-    args = ["--config", str(config), "--data_dir", str(tmp_path / "none"), "--device", "cpu",
-            "--steps", "3", "--warmup", "2", "--repeats", "2", "--num_workers", "0", "--out", str(out),
-            "--rows", *rows]  # fmt: skip
+    args = [
+        "--config",
+        str(config),
+        "--data_dir",
+        str(tmp_path / "none"),
+        "--device",
+        "cpu",
+        "--steps",
+        "3",
+        "--warmup",
+        "2",
+        "--repeats",
+        "2",
+        "--num_workers",
+        "0",
+        "--out",
+        str(out),
+        "--rows",
+        *rows,
+    ]
     assert main(args) == 0
     return json.loads(out.read_text()), out.with_suffix(".md").read_text()
 
@@ -34,8 +51,12 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
     # dense vs unstructured 50 % vs structured (configs/slim.yaml's final widths), training and inference
     slim = {"channels": [13, 34], "hidden": [340]}
     assert by["slim"]["settings"]["widths"] == by["infer_slim_256"]["settings"]["widths"] == slim
-    assert data["nets"]["slim"] == {"params": 200_132, "nonzero_params": 200_132, "macs_per_sample": 1_082_760,
-                                    "widths": slim}  # fmt: skip
+    assert data["nets"]["slim"] == {
+        "params": 200_132,
+        "nonzero_params": 200_132,
+        "macs_per_sample": 1_082_760,
+        "widths": slim,
+    }
     assert data["nets"]["pruned_50"]["nonzero_params"] == 431_080 - 215_250
     assert by["infer_slim_256"]["reference"] == "infer_dense_256" and by["infer_dense_1"]["settings"]["steps"] == 30
     assert by["infer_slim_256"]["flops_per_sample"] == 2 * 1_082_760

@@ -55,8 +55,18 @@ def test_recipe_loop_missing_data_is_one_error_line(tmp_path, capsys):
 
 def test_bench_e2e_failed_command_is_one_error_line(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["--config", str(REPO / "configs/mnist.yaml"), "--data_dir", str(tiny_mnist["data"]),
-            "--source_dir", str(tiny_mnist["source"]), "--repeats", "1", "--raw_args", "--lr -1"]  # fmt: skip
+    args = [
+        "--config",
+        str(REPO / "configs/mnist.yaml"),
+        "--data_dir",
+        str(tiny_mnist["data"]),
+        "--source_dir",
+        str(tiny_mnist["source"]),
+        "--repeats",
+        "1",
+        "--raw_args",
+        "--lr -1",
+    ]
     assert bench_e2e.main(args) == 1
     (err,) = error_lines(capsys.readouterr().err)
     assert "raw loop (run 1/1" in err and "failed (exit 2)" in err and "--lr must be > 0, got -1.0" in err
@@ -73,9 +83,24 @@ def test_bench_e2e_on_real_fashion_mnist(fashion_source, tmp_path, monkeypatch, 
     """One short run of each command on the real data: both rows measured, accuracies read back, files written."""
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "bench" / "e2e.json"
-    args = ["--config", str(REPO / "configs/fashion_mnist.yaml"), "--source_dir", str(fashion_source),
-            "--data_dir", str(tmp_path / "data"), "--repeats", "1", "--epochs", "1", "--limit_train_batches", "20",
-            "--fit_args", "--trainer.limit_val_batches 2 --data.num_workers 0", "--out", str(out)]  # fmt: skip
+    args = [
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--source_dir",
+        str(fashion_source),
+        "--data_dir",
+        str(tmp_path / "data"),
+        "--repeats",
+        "1",
+        "--epochs",
+        "1",
+        "--limit_train_batches",
+        "20",
+        "--fit_args",
+        "--trainer.limit_val_batches 2 --data.num_workers 0",
+        "--out",
+        str(out),
+    ]
     assert bench_e2e.main(args) == 0
     assert (tmp_path / "data/FashionMNIST/raw/t10k-labels-idx1-ubyte").is_file()
     report = json.loads(out.read_text())

@@ -92,10 +92,21 @@ def test_cudnn_enabled_switch(tiny_mnist, tmp_path, monkeypatch):
 
 def pruning_args(paths, logs, epochs, *extra):
     return tiny_args(
-        paths, logs, "--trainer.max_epochs", str(epochs), "--trainer.deterministic", "true",
-        "--trainer.callbacks+=project.callbacks.Pruning", "--trainer.callbacks.amount", "0.6",
-        "--trainer.callbacks.start_epoch", "1", "--trainer.callbacks.end_epoch", "3", *extra,
-    )  # fmt: skip
+        paths,
+        logs,
+        "--trainer.max_epochs",
+        str(epochs),
+        "--trainer.deterministic",
+        "true",
+        "--trainer.callbacks+=project.callbacks.Pruning",
+        "--trainer.callbacks.amount",
+        "0.6",
+        "--trainer.callbacks.start_epoch",
+        "1",
+        "--trainer.callbacks.end_epoch",
+        "3",
+        *extra,
+    )
 
 
 def test_pruning_reaches_amount_and_reloads_into_a_plain_net(tiny_mnist, tmp_path, monkeypatch):
@@ -141,8 +152,14 @@ def test_pruning_resume_keeps_masks_and_schedule(tiny_mnist, tmp_path, monkeypat
 def test_reported_sparsity_is_true_sparsity_on_a_single_linear(tmp_path):
     cb = Pruning(amount=0.2, parameter_names=["weight", "bias"], make_pruning_permanent=True)
     model = LinearModel()
-    trainer = L.Trainer(max_epochs=1, callbacks=[cb], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer = L.Trainer(
+        max_epochs=1,
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(model, linear_data())
     zeros = int((model.lin.weight == 0).sum() + (model.lin.bias == 0).sum())
     assert abs(zeros - 0.2 * 66) <= 1
@@ -161,8 +178,14 @@ def test_pruning_skips_weights_that_are_not_parameters(tmp_path):
     buf.register_buffer("weight", torch.ones(3, 3))
     model = LinearModel(extra=nn.ModuleList([flag, buf, none]))
     cb = Pruning(amount=0.5)
-    trainer = L.Trainer(max_epochs=1, callbacks=[cb], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer = L.Trainer(
+        max_epochs=1,
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(model, linear_data())
     assert [(m, n) for m, n in cb._parameters_to_prune] == [(model.lin, "weight")]
     assert int((model.lin.weight == 0).sum()) == 32

@@ -24,16 +24,25 @@ def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
     stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(
-        PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}",
-        SLURM_JOB_ID=job, SLURM_NTASKS="1", SLURM_JOB_NAME="fit", SLURM_NODEID="0", SLURM_PROCID="0",
-        SLURM_LOCALID="0", SLURM_NODELIST="node1", SLURM_RESTART_COUNT=str(restart), **extra,
-    )  # fmt: skip
+        PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
+        PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}",
+        SLURM_JOB_ID=job,
+        SLURM_NTASKS="1",
+        SLURM_JOB_NAME="fit",
+        SLURM_NODEID="0",
+        SLURM_PROCID="0",
+        SLURM_LOCALID="0",
+        SLURM_NODELIST="node1",
+        SLURM_RESTART_COUNT=str(restart),
+        **extra,
+    )
     return env
 
 
 def fit(args, tmp_path, env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def weights(run):
@@ -44,11 +53,26 @@ def resume_args(fashion_data, logs, callback: str) -> list[str]:
     """fashion_mnist.yaml for 3 deterministic epochs of 10 steps into ``logs``, with a test-only ``callback`` that
     interrupts the run (``tests/`` on ``PYTHONPATH``)."""
     return [
-        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-        "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
-        "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3", "--trainer.deterministic", "true",
-        "--trainer.logger.init_args.save_dir", str(logs), f"--trainer.callbacks+={callback}",
-    ]  # fmt: skip
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--trainer.limit_train_batches",
+        "10",
+        "--trainer.limit_val_batches",
+        "3",
+        "--trainer.limit_test_batches",
+        "3",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.deterministic",
+        "true",
+        "--trainer.logger.init_args.save_dir",
+        str(logs),
+        f"--trainer.callbacks+={callback}",
+    ]
 
 
 def check_resumed_like_reference(logs, run, ref_run) -> dict:
@@ -109,7 +133,7 @@ def test_concurrent_prepare_on_shared_storage_imports_once(fashion_source, tmp_p
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for _ in range(4)
     ]
     go.touch()
@@ -137,8 +161,14 @@ def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_pat
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "77"}
-    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "slurm.sbatch")], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "scripts" / "slurm.sbatch")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 30
     while not (log.exists() and "srun-started" in log.read_text()) and time.time() < deadline:
         time.sleep(0.02)
@@ -154,11 +184,24 @@ def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
     """``docker stop``, ``scancel`` and Kubernetes send SIGTERM: fit stops at the next step with one line, keeps
     the run folder with its checkpoint, and ends by SIGTERM itself (exit 143 in a shell), not with status 0."""
     args = [
-        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-        "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
-        "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3",
-        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.Sigterm",
-    ]  # fmt: skip
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--trainer.limit_train_batches",
+        "10",
+        "--trainer.limit_val_batches",
+        "3",
+        "--trainer.limit_test_batches",
+        "3",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "logs"),
+        "--trainer.callbacks+=helpers.Sigterm",
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}", SIGTERM_AT="15")
     proc = fit(args, tmp_path, env)
@@ -187,14 +230,39 @@ def free_port_for_slurm() -> tuple[str, int]:
 
 def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> list[str]:
     return [
-        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-        "--data.num_workers", "0", "--data.persistent_workers", "false",
-        "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp",
-        "--trainer.devices", str(devices), "--trainer.num_nodes", str(nodes),
-        "--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-        "--trainer.max_epochs", "2", "--trainer.deterministic", "true", "--trainer.enable_progress_bar", "false",
-        "--trainer.logger.init_args.save_dir", str(tmp_path / name), "--trainer.logger.init_args.name", "fashion",
-    ]  # fmt: skip
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        str(devices),
+        "--trainer.num_nodes",
+        str(nodes),
+        "--trainer.limit_train_batches",
+        "6",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.limit_test_batches",
+        "2",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.deterministic",
+        "true",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / name),
+        "--trainer.logger.init_args.name",
+        "fashion",
+    ]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -234,8 +302,14 @@ def one_node_two_processes(fashion_data, tmp_path_factory):
     """The reference: 1 node x 2 DDP processes on the CPU, launched by Lightning itself (configs/trainer/ddp_cpu)."""
     tmp_path = tmp_path_factory.mktemp("ddp_ref")
     args = ddp_args(tmp_path, fashion_data, "logs", devices=2, nodes=1)
-    proc = subprocess.run([sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=clean_env(),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "project.fit", *args],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "logs")
     return run
@@ -253,12 +327,29 @@ def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
     procs = []
     for node in (0, 1):
         env = clean_env(
-            SLURM_JOB_ID=job, SLURM_JOB_NAME="cnn-recipes", SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="1",
-            SLURM_NNODES="2", SLURM_JOB_NUM_NODES="2", SLURM_NODELIST="127.0.0.1", SLURM_JOB_NODELIST="127.0.0.1",
-            SLURM_NODEID=str(node), SLURM_PROCID=str(node), SLURM_LOCALID="0", SLURM_RESTART_COUNT="0",
-        )  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))  # fmt: skip
+            SLURM_JOB_ID=job,
+            SLURM_JOB_NAME="cnn-recipes",
+            SLURM_NTASKS="2",
+            SLURM_NTASKS_PER_NODE="1",
+            SLURM_NNODES="2",
+            SLURM_JOB_NUM_NODES="2",
+            SLURM_NODELIST="127.0.0.1",
+            SLURM_JOB_NODELIST="127.0.0.1",
+            SLURM_NODEID=str(node),
+            SLURM_PROCID=str(node),
+            SLURM_LOCALID="0",
+            SLURM_RESTART_COUNT="0",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "project.fit", *args],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
     (run,) = run_dirs(tmp_path / "logs")
     assert json.loads((run / "slurm_job.json").read_text())["job"] == job
@@ -282,10 +373,16 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     for node in (0, 1):
         torchrun = [a.replace("$(NODE_RANK)", str(node)) for a in launch[1:]]  # as Kubernetes expands it
         torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", *torchrun, *args], cwd=tmp_path, env=clean_env(),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        ))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", *torchrun, *args],
+                cwd=tmp_path,
+                env=clean_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
 
 

@@ -58,8 +58,9 @@ def test_a_run_config_never_sets_a_commands_own_options(planted, main, argv, run
         (["--trainer.logger.init_args.save_dir=elsewhere"], "takes no logger"),
     ],
 )
-def test_fits_resume_and_logger_options_are_refused_by_the_commands(extra, expected, run_copy, tmp_path, monkeypatch,
-                                                                     capsys):  # fmt: skip
+def test_fits_resume_and_logger_options_are_refused_by_the_commands(
+    extra, expected, run_copy, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     assert evaluate.main([str(run_copy), *extra]) == 2
     assert expected in one_error(capsys)
@@ -101,8 +102,12 @@ def test_stray_files_in_a_run_folder_are_not_configs_and_best_stays_inside(run_c
 
 def test_a_csv_logger_beside_metrics_csv_is_refused_and_runs_without_it(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    csv_logger = ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
-                  "--trainer.logger.init_args.save_dir", str(tmp_path / "csv")]  # fmt: skip
+    csv_logger = [
+        "--trainer.logger",
+        "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "csv"),
+    ]
     base = tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.limit_train_batches", "2")
     assert run_main([*base, *csv_logger]) == 2
     assert "CSVLogger writes metrics.csv" in one_error(capsys)
@@ -123,8 +128,14 @@ def test_a_config_error_is_the_only_line_of_a_process(tmp_path):
     """Checks run before LightningCLI seeds: no ``Seed set to 42`` line before the error."""
     for argv in (["--trainer.plugins", "null"], ["--throughput", "null"]):
         env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-        done = subprocess.run([sys.executable, "-m", "project.fit", *argv], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=300, env=env)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "project.fit", *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert done.returncode == 2
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
         assert not (tmp_path / "logs").exists()

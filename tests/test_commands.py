@@ -204,8 +204,14 @@ def test_summarize_groups_seeds_and_tells_configs_apart(tiny_mnist, tmp_path, mo
     assert [(r["group"], r["n"]) for r in rows] == [("lr=0.0100", "3"), ("lr=0.0500", "1")]
     assert float(rows[0]["test_acc_mean"]) == pytest.approx(np.mean(accs))
     written = {p.name for p in (tmp_path / "s").iterdir()}
-    assert written >= {"summary.md", "summary.csv", "summary-runs.csv", "summary.json", "val_acc.png",
-                       "test_acc_vs_lr.png"}  # fmt: skip
+    assert written >= {
+        "summary.md",
+        "summary.csv",
+        "summary-runs.csv",
+        "summary.json",
+        "val_acc.png",
+        "test_acc_vs_lr.png",
+    }
     for png in ("val_acc.png", "test_acc_vs_lr.png"):
         with Image.open(tmp_path / "s" / png) as img:
             assert img.format == "PNG" and img.width > 500

@@ -12,25 +12,47 @@ from project.module import ImageClassifier
 from project.nets import LeNet
 
 RESULT_KEYS = {
-    "test_acc", "test_loss", "best_val_acc", "epochs", "global_step", "train_samples_per_s", "epoch_time_s",
-    "params", "nonzero_params", "precision", "best_ckpt", "log_dir", "sparsity", "cudnn_enabled",
-    "cudnn_benchmark", "deterministic", "channels_last", "compile", "test_samples",
-}  # fmt: skip
+    "test_acc",
+    "test_loss",
+    "best_val_acc",
+    "epochs",
+    "global_step",
+    "train_samples_per_s",
+    "epoch_time_s",
+    "params",
+    "nonzero_params",
+    "precision",
+    "best_ckpt",
+    "log_dir",
+    "sparsity",
+    "cudnn_enabled",
+    "cudnn_benchmark",
+    "deterministic",
+    "channels_last",
+    "compile",
+    "test_samples",
+}
 
 
 def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
     """The README's main command, shortened: real data, 2 epochs of 60 steps, full test set."""
     proc = run_module(
         [
-            "--config", str(REPO / "configs/fashion_mnist.yaml"),
-            "--data.data_dir", str(fashion_data),
-            "--data.num_workers", "0",
-            "--trainer.max_epochs", "2",
-            "--trainer.limit_train_batches", "60",
-            "--trainer.limit_val_batches", "20",
+            "--config",
+            str(REPO / "configs/fashion_mnist.yaml"),
+            "--data.data_dir",
+            str(fashion_data),
+            "--data.num_workers",
+            "0",
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.limit_train_batches",
+            "60",
+            "--trainer.limit_val_batches",
+            "20",
         ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "logs")
     assert run.parent.name == "fashion_mnist"

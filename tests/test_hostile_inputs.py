@@ -67,10 +67,10 @@ COMMANDS = {
     "evaluate": lambda run, ckpt, tmp: evaluate.main([str(run), "--ckpt", str(ckpt)]),
     "predict": lambda run, ckpt, tmp: predict.main(
         [str(run), str(tmp / "x.png"), "--ckpt", str(ckpt), "--out", str(tmp / "p.csv")]
-    ),  # fmt: skip
+    ),
     "export": lambda run, ckpt, tmp: export.main(
         [str(run), "--ckpt", str(ckpt), "--format", "torchscript", "--out", str(tmp / "m.ts.pt")]
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -147,8 +147,13 @@ def test_checkpoint_with_deflated_records_is_refused_before_it_is_inflated(train
             out.writestr(info.filename, src.read(info.filename))
     stored.unlink()
     assert bomb.stat().st_size < 4 << 20  # the run's own weights (1.7 MiB) barely compress
-    out = subprocess.run([sys.executable, "-c", RSS_GROWTH, str(bomb)], capture_output=True, text=True, cwd=REPO,
-                         env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_GROWTH, str(bomb)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+    )
     lines = out.stdout.splitlines()
     assert lines[0].startswith("refused:") and "bomb.ckpt" in lines[0] and "compressed" in lines[0], out
     assert int(lines[-1].split()[1]) < 32 << 10, lines  # KiB: far below the 128 MiB tensor
@@ -279,8 +284,9 @@ def test_predict_classifies_any_number_of_files_with_workers(trained_run, tmp_pa
     for i in range(300):
         Image.new("L", (28, 28), color=i % 256).save(folder / f"{i:03d}.png")
     out = tmp_path / "preds.csv"
-    code = predict.main([str(trained_run), str(folder), "--out", str(out), "--data.num_workers", "2",
-                         "--data.batch_size", "64"])  # fmt: skip
+    code = predict.main(
+        [str(trained_run), str(folder), "--out", str(out), "--data.num_workers", "2", "--data.batch_size", "64"]
+    )
     assert code == 0, capsys.readouterr().err
     rows = list(csv.DictReader(out.open()))
     assert [r["path"].rsplit("/", 1)[-1] for r in rows] == [f"{i:03d}.png" for i in range(300)]

@@ -18,8 +18,24 @@ from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment
 from project.report.results import HP_METRICS, HPARAMS_RUN
 
 SWEPT = "model.optimizer.init_args.lr"
-STANDARD = {"net", "dataset", "optimizer", "lr", "weight_decay", "momentum", "lr_scheduler", "batch_size", "max_epochs",
-            "precision", "in_memory", "channels_last", "compile", "pruning", "pruning_amount", "seed"}  # fmt: skip
+STANDARD = {
+    "net",
+    "dataset",
+    "optimizer",
+    "lr",
+    "weight_decay",
+    "momentum",
+    "lr_scheduler",
+    "batch_size",
+    "max_epochs",
+    "precision",
+    "in_memory",
+    "channels_last",
+    "compile",
+    "pruning",
+    "pruning_amount",
+    "seed",
+}
 
 
 class TrialFile(Callback):
@@ -51,8 +67,16 @@ def logdir(tiny_mnist, tmp_path, monkeypatch) -> Path:
     for seed in (1, 2, 3):
         assert run_main(tiny_args(tiny_mnist, logs, "--seed_everything", str(seed))) == 0
     for number, lr in enumerate((0.01, 0.03)):
-        trial = ["--trainer.callbacks+=test_hparams_tab.TrialFile", "--trainer.callbacks.number", str(number),
-                 "--trainer.callbacks.lr", str(lr), "--model.optimizer.lr", str(lr)]  # fmt: skip
+        trial = [
+            "--trainer.callbacks+=project.sweep.ReportToStudy",  # in every trial; it adds the trial's columns
+            "--trainer.callbacks+=test_hparams_tab.TrialFile",
+            "--trainer.callbacks.number",
+            str(number),
+            "--trainer.callbacks.lr",
+            str(lr),
+            "--model.optimizer.lr",
+            str(lr),
+        ]
         assert run_main(tiny_args(tiny_mnist, logs, *trial, name="lr")) == 0
     return logs
 
@@ -89,9 +113,12 @@ def test_each_run_is_one_row_with_its_values(logdir):
     cols = [api_pb2.ColParams(hparam=name) for name in names]
     cols += [api_pb2.ColParams(metric=m.name) for m in experiment.metric_infos]
     query = api_pb2.ListSessionGroupsRequest(
-        start_index=0, slice_size=100, col_params=cols, aggregation_type=api_pb2.AGGREGATION_AVG,
+        start_index=0,
+        slice_size=100,
+        col_params=cols,
+        aggregation_type=api_pb2.AGGREGATION_AVG,
         allowed_statuses=[api_pb2.STATUS_SUCCESS, api_pb2.STATUS_UNKNOWN],
-    )  # fmt: skip
+    )
     groups = list_session_groups.Handler(request, ctx, "", query).run().session_groups
     rows = {group.sessions[0].name: group for group in groups}
     assert len(rows) == 5

@@ -32,8 +32,11 @@ def stub_bin(tmp_path):
 
 
 def entry(tmp_path, *args, volumes, uid=None, home=None):
-    env = {"PATH": f"{stub_bin(tmp_path)}{os.pathsep}/usr/bin:/bin", "PROJECT_VOLUMES": " ".join(map(str, volumes)),
-           "HOME": str(home or tmp_path)}  # fmt: skip
+    env = {
+        "PATH": f"{stub_bin(tmp_path)}{os.pathsep}/usr/bin:/bin",
+        "PROJECT_VOLUMES": " ".join(map(str, volumes)),
+        "HOME": str(home or tmp_path),
+    }
     script = ENTRYPOINT
     if uid is not None and os.geteuid() == 0:
         script = tmp_path / "entrypoint.sh"  # readable by that uid wherever the checkout lies
@@ -145,13 +148,21 @@ def test_kubernetes_manifest_is_valid_and_consistent():
     assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["fsGroup"] == 1000
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     claim = docs["PersistentVolumeClaim"]
-    shared = {v["name"] for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName")
-              == claim["metadata"]["name"]}  # fmt: skip
+    shared = {
+        v["name"]
+        for v in pod["volumes"]
+        if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"]
+    }
     assert {mounts["/app/logs"]["name"], mounts["/app/data"]["name"]} <= shared
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     fit_args = args[args.index("project.fit") + 1 :]
-    proc = subprocess.run([sys.executable, "-m", "project.fit", *fit_args, "--print_config"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "project.fit", *fit_args, "--print_config"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = yaml.safe_load(proc.stdout)
     assert printed["trainer"]["num_nodes"] == spec["completions"] and printed["trainer"]["strategy"] == "ddp"

@@ -33,8 +33,12 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def test_metrics_csv_has_a_row_per_epoch_written_as_the_run_goes_and_kept_on_resume(tiny_mnist, tmp_path):
     logs = tmp_path / "logs"
-    assert run_main(tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "2",
-                              "--trainer.callbacks+=test_metrics_csv.Snapshot")) == 0  # fmt: skip
+    assert (
+        run_main(
+            tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "2", "--trainer.callbacks+=test_metrics_csv.Snapshot")
+        )
+        == 0
+    )
     (run,) = run_dirs(logs)
     rows = read_csv(run / "metrics.csv")
     assert [(r["epoch"], r["step"]) for r in rows] == [("0", "9"), ("1", "19")]  # 500 images / 50 per batch, from 0

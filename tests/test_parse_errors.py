@@ -20,26 +20,36 @@ KINDS = [
     (["--checkpoint.every_n_epochs", "x"], "checkpoint.every_n_epochs: invalid value 'x'; expected int or null"),
     # a bad Literal, at the top and inside a class given by class_path
     (["--model.net", "resnet"], "model.net: invalid value 'resnet'; expected one of 'lenet', 'simple_cnn'"),
-    ([PRUNING, "--trainer.callbacks.method", "x"],
-     "trainer.callbacks.method: invalid value 'x'; expected one of 'l1_unstructured', 'random_unstructured', "
-     "'ln_structured'"),
+    (
+        [PRUNING, "--trainer.callbacks.method", "x"],
+        "trainer.callbacks.method: invalid value 'x'; expected one of 'l1_unstructured', 'random_unstructured', "
+        "'ln_structured'",
+    ),
     # a restricted type: its name and its rule
     (["--data.batch_size", "0"], "data.batch_size: 0 is not a PositiveInt (needs v>0)"),
     (["--data.num_workers", "-1"], "data.num_workers: -1 is not a NonNegativeInt (needs v>=0)"),
-    ([PRUNING, "--trainer.callbacks.amount", "2"],
-     "trainer.callbacks.amount: 2 is not a PruningAmount (needs v>=0 and v<1)"),
-    ([PRUNING, "--trainer.callbacks.end_epoch", "-1"],
-     "trainer.callbacks.end_epoch: -1 is not a NonNegativeInt or null (needs v>=0)"),
-    (["--data.batch_size", "abc"],
-     "data.batch_size: invalid literal for int() with base 10: 'abc' (expected PositiveInt)"),
+    (
+        [PRUNING, "--trainer.callbacks.amount", "2"],
+        "trainer.callbacks.amount: 2 is not a PruningAmount (needs v>=0 and v<1)",
+    ),
+    (
+        [PRUNING, "--trainer.callbacks.end_epoch", "-1"],
+        "trainer.callbacks.end_epoch: -1 is not a NonNegativeInt or null (needs v>=0)",
+    ),
+    (
+        ["--data.batch_size", "abc"],
+        "data.batch_size: invalid literal for int() with base 10: 'abc' (expected PositiveInt)",
+    ),
     # a nested init argument of a class given by class_path (bool is no restricted int)
     (["--data.in_memory", "maybe"], "data.in_memory: invalid value 'maybe'; expected bool"),
-    ([PRUNING, "--trainer.callbacks.layers", "[Conv3d]"],
-     "trainer.callbacks.layers: invalid value 'Conv3d'; expected a list of (one of 'Conv2d', 'Linear') or null"),
+    (
+        [PRUNING, "--trainer.callbacks.layers", "[Conv3d]"],
+        "trainer.callbacks.layers: invalid value 'Conv3d'; expected a list of (one of 'Conv2d', 'Linear') or null",
+    ),
     (["--model.optimizer.init_args.lr", "abc"], "model.optimizer.lr: invalid value 'abc'; expected float"),
     # an unknown option
     (["--model.lrr", "0.1"], "unrecognized arguments: --model.lrr 0.1"),
-]  # fmt: skip
+]
 
 
 def refusal(args: list[str]) -> ArgumentError:

@@ -72,7 +72,7 @@ SWITCHES = {
             "true",
         ],
         {"in_memory": True, "channels_last": True, "precision": "bf16-mixed", "sparsity": pytest.approx(0.5, abs=1e-3)},
-    ),  # fmt: skip
+    ),
     # Trainer flags a user reaches for when debugging and profiling
     "overfit_batches": (["--trainer.overfit_batches", "2"], {"global_step": 2}),
     "profiler": (["--trainer.profiler", "simple"], {}),
@@ -123,8 +123,12 @@ def test_int_limits_are_batches_not_fractions(tiny_mnist, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "one.yaml"
     cfg.write_text("trainer:\n  limit_train_batches: 1\n  limit_val_batches: 1\n")
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "cli", "--trainer.limit_train_batches", "1",
-                              "--trainer.max_epochs", "2")) == 0  # fmt: skip
+    assert (
+        run_main(
+            tiny_args(tiny_mnist, tmp_path / "cli", "--trainer.limit_train_batches", "1", "--trainer.max_epochs", "2")
+        )
+        == 0
+    )
     assert run_main(tiny_args(tiny_mnist, tmp_path / "yaml", "--config", str(cfg))) == 0
     assert results(run_dirs(tmp_path / "cli")[0])["global_step"] == 2  # 1 step per epoch, not 100 %
     assert results(run_dirs(tmp_path / "yaml")[0])["global_step"] == 1
@@ -146,8 +150,14 @@ NOT_ON_ONE_CPU = {"train/device/mfu", "train/samples_per_sec"}  # the README say
 
 def test_readme_tags_are_in_the_event_files_and_lr_is_logged_every_step(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["--trainer.max_epochs", "3", "--trainer.log_every_n_steps", "10", "--config",
-            str(REPO / "configs/pruning.yaml")]  # fmt: skip
+    args = [
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.log_every_n_steps",
+        "10",
+        "--config",
+        str(REPO / "configs/pruning.yaml"),
+    ]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *args)) == 0
     (run,) = run_dirs(tmp_path / "logs")
     events = EventAccumulator(str(run), size_guidance={"scalars": 0, "images": 0}).Reload()
@@ -211,8 +221,16 @@ def test_resume_with_another_net_is_refused(tiny_cifar, tiny_mnist, tmp_path, mo
     assert run_main(tiny_args(tiny_mnist, logs)) == 0
     (run,) = run_dirs(logs)
     capsys.readouterr()
-    cifar = ["--data", "project.data.CIFAR10DataModule", "--data.data_dir", str(tiny_cifar["data"]),
-             "--data.source_dir", str(tiny_cifar["source"]), "--model.net", "simple_cnn"]  # fmt: skip
+    cifar = [
+        "--data",
+        "project.data.CIFAR10DataModule",
+        "--data.data_dir",
+        str(tiny_cifar["data"]),
+        "--data.source_dir",
+        str(tiny_cifar["source"]),
+        "--model.net",
+        "simple_cnn",
+    ]
     args = [*tiny_args(tiny_mnist, logs), *cifar, "--trainer.max_epochs", "2", "--ckpt_path", "last"]
     assert run_main(args) == 2
     (err,) = error_lines(capsys)
@@ -266,14 +284,23 @@ def test_degenerate_sizes_are_one_error_and_leave_nothing(extra, expected, tiny_
 # -- pruning behaves like a Lightning callback ------------------------------------------------------------------
 def tiny_trainer(tmp_path, callbacks, epochs, **kw):
     return L.Trainer(
-        default_root_dir=tmp_path, max_epochs=epochs, callbacks=callbacks, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=1, deterministic=True, **kw,
-    )  # fmt: skip
+        default_root_dir=tmp_path,
+        max_epochs=epochs,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=1,
+        deterministic=True,
+        **kw,
+    )
 
 
 def tiny_data(tiny_mnist):
-    return MNISTDataModule(data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"]), val_size=100,
-                           batch_size=50)  # fmt: skip
+    return MNISTDataModule(
+        data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"]), val_size=100, batch_size=50
+    )
 
 
 def test_several_pruning_callbacks_run_in_one_trainer(tiny_mnist, tmp_path):
@@ -335,10 +362,24 @@ def test_tuned_configs_use_their_fast_path(config, tiny_mnist, tiny_cifar, tmp_p
 
     monkeypatch.chdir(tmp_path)
     paths = tiny_cifar if config == "cifar10" else tiny_mnist
-    args = ["--config", str(REPO / f"configs/{config}.yaml"), "--data.data_dir", str(paths["data"]),
-            "--data.source_dir", str(paths["source"]), "--data.val_size", "100", "--data.batch_size", "50",
-            "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
-            "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]  # fmt: skip
+    args = [
+        "--config",
+        str(REPO / f"configs/{config}.yaml"),
+        "--data.data_dir",
+        str(paths["data"]),
+        "--data.source_dir",
+        str(paths["source"]),
+        "--data.val_size",
+        "100",
+        "--data.batch_size",
+        "50",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "logs"),
+    ]
     assert run_main(args) == 0
     (run,) = run_dirs(tmp_path / "logs")
     assert run.parent.name == config

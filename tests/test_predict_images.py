@@ -53,28 +53,45 @@ def variants(tmp):
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: the stored image is rotated 90 degrees counter-clockwise
     bits = (a > 127).astype(np.uint8) * 255
-    return {name: (path, seen) for name, path, seen in [
-        ("I;16 png", _save(Image.fromarray(a16), tmp / "i16.png"), a),
-        ("I;16 png transparency", _save(Image.fromarray(near), tmp / "i16t.png", transparency=int(a16[5, 0])),
-         np.where(near == a16[5, 0], 255, np.round(near / 257)).astype(np.uint8)),
-        ("I;16B tiff", _save(Image.frombytes("I;16B", (28, 28), a16.astype(">u2").tobytes()), tmp / "i16b.tif"), a),
-        ("I ppm (16-bit)", _save(Image.fromarray(a16), tmp / "i16.pgm"), a),
-        ("I tiff", _save(Image.fromarray(a16.astype(np.int32)), tmp / "i32.tif"), a),
-        ("F tiff", _save(Image.fromarray(a.astype(np.float32) / 255), tmp / "f.tif"), a),
-        ("P png", _save(palette, tmp / "p.png"), seen_palette),
-        ("P png transparency", _save(palette, tmp / "pt.png", transparency=transparent_index), seen_tp),
-        ("LA png", _save(Image.fromarray(np.dstack([a, _alpha()]), "LA"), tmp / "la.png"), white),
-        ("RGBA png", _save(Image.fromarray(np.dstack([c, _alpha()]), "RGBA"), tmp / "rgba.png"), white_rgb),
-        ("EXIF orientation", _save(rotated, tmp / "exif.png", exif=exif), a),
-        ("CMYK tiff", _save(Image.fromarray(c).convert("CMYK"), tmp / "cmyk.tif"), c),
-        ("1-bit png", _save(Image.fromarray(bits).convert("1"), tmp / "one.png"), bits),
-    ]}  # fmt: skip
+    return {
+        name: (path, seen)
+        for name, path, seen in [
+            ("I;16 png", _save(Image.fromarray(a16), tmp / "i16.png"), a),
+            (
+                "I;16 png transparency",
+                _save(Image.fromarray(near), tmp / "i16t.png", transparency=int(a16[5, 0])),
+                np.where(near == a16[5, 0], 255, np.round(near / 257)).astype(np.uint8),
+            ),
+            ("I;16B tiff", _save(Image.frombytes("I;16B", (28, 28), a16.astype(">u2").tobytes()), tmp / "i16b.tif"), a),
+            ("I ppm (16-bit)", _save(Image.fromarray(a16), tmp / "i16.pgm"), a),
+            ("I tiff", _save(Image.fromarray(a16.astype(np.int32)), tmp / "i32.tif"), a),
+            ("F tiff", _save(Image.fromarray(a.astype(np.float32) / 255), tmp / "f.tif"), a),
+            ("P png", _save(palette, tmp / "p.png"), seen_palette),
+            ("P png transparency", _save(palette, tmp / "pt.png", transparency=transparent_index), seen_tp),
+            ("LA png", _save(Image.fromarray(np.dstack([a, _alpha()]), "LA"), tmp / "la.png"), white),
+            ("RGBA png", _save(Image.fromarray(np.dstack([c, _alpha()]), "RGBA"), tmp / "rgba.png"), white_rgb),
+            ("EXIF orientation", _save(rotated, tmp / "exif.png", exif=exif), a),
+            ("CMYK tiff", _save(Image.fromarray(c).convert("CMYK"), tmp / "cmyk.tif"), c),
+            ("1-bit png", _save(Image.fromarray(bits).convert("1"), tmp / "one.png"), bits),
+        ]
+    }
 
 
 KINDS = [
-    "I;16 png", "I;16 png transparency", "I;16B tiff", "I ppm (16-bit)", "I tiff", "F tiff", "P png",
-    "P png transparency", "LA png", "RGBA png", "EXIF orientation", "CMYK tiff", "1-bit png",
-]  # fmt: skip
+    "I;16 png",
+    "I;16 png transparency",
+    "I;16B tiff",
+    "I ppm (16-bit)",
+    "I tiff",
+    "F tiff",
+    "P png",
+    "P png transparency",
+    "LA png",
+    "RGBA png",
+    "EXIF orientation",
+    "CMYK tiff",
+    "1-bit png",
+]
 
 
 @pytest.mark.parametrize("name", KINDS)

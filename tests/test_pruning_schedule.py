@@ -17,12 +17,15 @@ KINDS = [Pruning, StructuredPruning]
 SHARED = ["target_at", "init_schedule", "warn_if_cut_short", "check_resume", "number_copies", "state_key"]
 
 
-@pytest.mark.parametrize("settings", [
-    {"amount": 0.6, "start_epoch": 1, "end_epoch": 3},
-    {"amount": 0.32, "start_epoch": 1},
-    {"amount": 0.5, "start_epoch": 0, "end_epoch": 4},
-    {"amount": 0.0, "start_epoch": 2, "end_epoch": 2},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"amount": 0.6, "start_epoch": 1, "end_epoch": 3},
+        {"amount": 0.32, "start_epoch": 1},
+        {"amount": 0.5, "start_epoch": 0, "end_epoch": 4},
+        {"amount": 0.0, "start_epoch": 2, "end_epoch": 2},
+    ],
+)
 def test_both_callbacks_ask_for_the_same_fraction_at_every_epoch(settings):
     unstructured, structured = Pruning(**settings), StructuredPruning(**settings)
     fractions = [unstructured.target_at(e) for e in range(7)]
@@ -38,11 +41,14 @@ def test_the_schedule_is_implemented_once():
         assert [name for name in SHARED if name in vars(kind)] == [], kind.__name__
 
 
-@pytest.mark.parametrize(("settings", "problem"), [
-    ({"amount": 1.0}, "amount: must be in [0, 1), got 1.0"),
-    ({"amount": -0.1}, "amount: must be in [0, 1), got -0.1"),
-    ({"start_epoch": 3, "end_epoch": 1}, "end_epoch: (1) must be >= start_epoch (3)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"amount": 1.0}, "amount: must be in [0, 1), got 1.0"),
+        ({"amount": -0.1}, "amount: must be in [0, 1), got -0.1"),
+        ({"start_epoch": 3, "end_epoch": 1}, "end_epoch: (1) must be >= start_epoch (3)"),
+    ],
+)
 def test_both_refuse_a_bad_schedule_with_the_same_message(settings, problem):
     for kind, label in ((Pruning, "pruning"), (StructuredPruning, "structured pruning")):
         with pytest.raises(ConfigError) as error:

@@ -16,7 +16,7 @@ from helpers import run_main
 from PIL import Image
 
 from project import summarize
-from project.summary import plots, tables
+from project.summary import collect, labels, plots
 
 # A command run as `python -m project.<command>`, with the tiny data set's extracted files standing for MNIST's
 # published ones (the tests' data is not MNIST: its md5 and size tables are patched, here in the child process).
@@ -30,8 +30,17 @@ archives.RAW_SIZES["MNIST"] = {p.name: p.stat().st_size for p in raw.iterdir()}
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
-BANNERS = ("GPU available", "TPU available", "HPU available", "Seed set", "Tip", "LOCAL_RANK", "Automatic Mixed",
-           "INFO:", "Warning:")  # fmt: skip
+BANNERS = (
+    "GPU available",
+    "TPU available",
+    "HPU available",
+    "Seed set",
+    "Tip",
+    "LOCAL_RANK",
+    "Automatic Mixed",
+    "INFO:",
+    "Warning:",
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +56,13 @@ def fitted(tmp_path_factory) -> dict:
 
 def command(fitted: dict, *args: str) -> tuple[int, list[str]]:
     """Run ``python -m project.<args[0]> args[1:]`` in the run's root; return its status and output lines."""
-    proc = subprocess.run([sys.executable, "-c", LAUNCH, str(fitted["raw"]), *args], cwd=fitted["root"],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCH, str(fitted["raw"]), *args],
+        cwd=fitted["root"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return proc.returncode, (proc.stdout + proc.stderr).splitlines()
 
 
@@ -59,13 +73,16 @@ def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted)
     bad.write_bytes(b"not an image")
     cases = [  # the command, its exit status, the start of each line it prints (stdout's, then stderr's), no other
         (("project.evaluate", str(run)), 0, ["test acc "]),
-        (("project.predict", str(run), str(good), str(bad), "--out", str(root / "p.csv")), 1,
-         ["1 image(s) classified -> ", f"error: {bad}", "error: 1 of 2 inputs could not be read"]),
+        (
+            ("project.predict", str(run), str(good), str(bad), "--out", str(root / "p.csv")),
+            1,
+            ["1 image(s) classified -> ", f"error: {bad}", "error: 1 of 2 inputs could not be read"],
+        ),
         (("project.export", str(run)), 0, ["onnx: "]),
         (("project.export", str(run), "--format", "torchscript"), 0, ["torchscript: "]),
         (("project.export", str(run), "--format", "pt2"), 0, ["pt2: "]),
         (("project.evaluate", str(run), "--ckpt", str(root / "none.ckpt")), 2, ["error: "]),
-    ]  # fmt: skip
+    ]
     for args, status, starts in cases:
         code, lines = command(fitted, *args)
         chatter = [line for line in lines if any(b in line for b in BANNERS)]
@@ -110,8 +127,9 @@ def tensorboard_warnings(logdir: Path, caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_warnings(fitted, tmp_path, caplog,
-                                                                                        monkeypatch):  # fmt: skip
+def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_warnings(
+    fitted, tmp_path, caplog, monkeypatch
+):
     from project.data import archives
 
     graphs = graph_events(fitted["run"])
@@ -122,13 +140,23 @@ def test_a_run_and_its_resume_hold_one_graph_and_tensorboard_reads_them_without_
     run = tmp_path / "logs" / "tiny" / "version_0"
     shutil.copytree(fitted["run"], run)
     raw = fitted["raw"]
-    monkeypatch.setitem(archives.RAW_MD5, "MNIST", {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()})
+    monkeypatch.setitem(
+        archives.RAW_MD5, "MNIST", {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
+    )
     monkeypatch.setitem(archives.RAW_SIZES, "MNIST", {p.name: p.stat().st_size for p in raw.iterdir()})
     monkeypatch.chdir(tmp_path)
     config = (run / "config.yaml").read_text()
     assert str(fitted["run"].parent.parent) in config  # the copy's own folder is given below
-    args = ["--config", str(run / "config.yaml"), "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"),
-            "--trainer.max_epochs", "3", "--ckpt_path", str(run)]  # fmt: skip
+    args = [
+        "--config",
+        str(run / "config.yaml"),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "logs"),
+        "--trainer.max_epochs",
+        "3",
+        "--ckpt_path",
+        str(run),
+    ]
     assert run_main(args) == 0
     graphs = graph_events(run)
     assert len(graphs) > len(graph_events(fitted["run"])) and sum(graphs.values()) == 1, graphs
@@ -158,9 +186,13 @@ def test_the_banner_loggers_are_off_for_info_and_on_for_warnings():
     included, which a CPU machine never reaches."""
     from project.cli.entry import BANNER_LOGGERS, quiet_library_banners
 
-    emitters = ["lightning.fabric.utilities.seed", "lightning.pytorch.utilities.rank_zero",
-                "lightning.fabric.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
-                "lightning.pytorch.trainer.connectors.accelerator_connector"]  # fmt: skip
+    emitters = [
+        "lightning.fabric.utilities.seed",
+        "lightning.pytorch.utilities.rank_zero",
+        "lightning.fabric.utilities.rank_zero",
+        "lightning.pytorch.accelerators.cuda",
+        "lightning.pytorch.trainer.connectors.accelerator_connector",
+    ]
     saved = {name: logging.getLogger(name).level for name in (*BANNER_LOGGERS, *emitters)}
     try:  # a fresh process's levels (an earlier test may have set any of them)
         for name in saved:
@@ -182,18 +214,38 @@ def fake_run(folder: Path, i: int, experiment: str = "exp") -> None:
     run.mkdir(parents=True)
     config = {
         "seed_everything": 1,
-        "model": {"net": ["lenet", "simple_cnn"][i % 2], "widths": [8 * (i + 1), 16, 32, 64],
-                  "optimizer": {"class_path": ["torch.optim.SGD", "torch.optim.AdamW"][i % 2],
-                                "init_args": {"lr": 0.001 * (i + 1), "weight_decay": 1e-4 * (i % 3)}},
-                  "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.OneCycleLR",
-                                   "init_args": {"max_lr": 0.01 * (i + 1), "pct_start": 0.1 + 0.01 * i}}},
-        "data": {"class_path": "project.data.FashionMNISTDataModule",
-                 "init_args": {"batch_size": 32 + i, "val_size": 5000 + i, "data_dir": f"/data/{i}"}},
-        "trainer": {"max_epochs": 2 + i % 4, "precision": ["32-true", "bf16-mixed"][i % 2],
-                    "callbacks": [{"class_path": "project.callbacks.Pruning",
-                                   "init_args": {"amount": 0.05 * i, "method": f"l1_unstructured_variant_{i}",
-                                                 "start_epoch": i % 3, "parameter_names": [f"layer{i}.weight"]}}]},
-    }  # fmt: skip
+        "model": {
+            "net": ["lenet", "simple_cnn"][i % 2],
+            "widths": [8 * (i + 1), 16, 32, 64],
+            "optimizer": {
+                "class_path": ["torch.optim.SGD", "torch.optim.AdamW"][i % 2],
+                "init_args": {"lr": 0.001 * (i + 1), "weight_decay": 1e-4 * (i % 3)},
+            },
+            "lr_scheduler": {
+                "class_path": "torch.optim.lr_scheduler.OneCycleLR",
+                "init_args": {"max_lr": 0.01 * (i + 1), "pct_start": 0.1 + 0.01 * i},
+            },
+        },
+        "data": {
+            "class_path": "project.data.FashionMNISTDataModule",
+            "init_args": {"batch_size": 32 + i, "val_size": 5000 + i, "data_dir": f"/data/{i}"},
+        },
+        "trainer": {
+            "max_epochs": 2 + i % 4,
+            "precision": ["32-true", "bf16-mixed"][i % 2],
+            "callbacks": [
+                {
+                    "class_path": "project.callbacks.Pruning",
+                    "init_args": {
+                        "amount": 0.05 * i,
+                        "method": f"l1_unstructured_variant_{i}",
+                        "start_epoch": i % 3,
+                        "parameter_names": [f"layer{i}.weight"],
+                    },
+                }
+            ],
+        },
+    }
     import yaml
 
     (run / "config.yaml").write_text(yaml.safe_dump(config))
@@ -232,7 +284,7 @@ def test_summarize_labels_are_short_and_the_legend_sits_outside_the_plot(groups,
     legend = fig.legends[0] if fig.legends else ax.get_legend()
     texts = [t.get_text() for t in legend.get_texts()]
     assert len(texts) == min(groups, plots.LEGEND_ENTRIES + 1)
-    assert all(len(t) <= plots.LABEL_CHARS + len(" (n=1)") for t in texts), max(texts, key=len)
+    assert all(len(t) <= labels.LABEL_CHARS + len(" (n=1)") for t in texts), max(texts, key=len)
     # keys by their short names, in the config's order; values abbreviated; the ones that do not fit counted
     assert texts[0] == "batch_size=32, val_size=5000, max_lr=0.0100, +12 more (n=1)" and len(set(texts)) == len(texts)
     if groups > plots.LEGEND_ENTRIES:
@@ -249,17 +301,31 @@ def test_summarize_labels_are_short_and_the_legend_sits_outside_the_plot(groups,
 def test_short_labels_name_only_what_differs_and_stay_within_the_limit():
 
     def group(**config):
-        return [tables.Run(Path("x/version_0"), "exp", {}, config)]
+        return [collect.Run(Path("x/version_0"), "exp", {}, config)]
 
     long = "a" * 200
-    groups = {"one": group(**{"model.optimizer": "torch.optim.SGD", "model.optimizer.lr": 0.01, "data.batch_size": 50,
-                              "trainer.callbacks.Pruning.method": long}),
-              "two": group(**{"model.optimizer": "torch.optim.AdamW", "model.optimizer.lr": 0.01, "data.batch_size": 64,
-                              "trainer.callbacks.Pruning.method": long + "b"})}  # fmt: skip
-    short = plots.short_labels(groups)
+    groups = {
+        "one": group(
+            **{
+                "model.optimizer": "torch.optim.SGD",
+                "model.optimizer.lr": 0.01,
+                "data.batch_size": 50,
+                "trainer.callbacks.Pruning.method": long,
+            }
+        ),
+        "two": group(
+            **{
+                "model.optimizer": "torch.optim.AdamW",
+                "model.optimizer.lr": 0.01,
+                "data.batch_size": 64,
+                "trainer.callbacks.Pruning.method": long + "b",
+            }
+        ),
+    }
+    short = labels.short_labels(groups)
     assert short["one"] == "batch_size=50, optimizer=SGD, method=aaaaaaaaaaaaaaaaaaa…"
     assert short["two"] == "batch_size=64, optimizer=AdamW, method=aaaaaaaaaaaaaaaaaaa…"
-    cut = plots.short_labels(groups, limit=30)
+    cut = labels.short_labels(groups, limit=30)
     assert cut == {"one": "batch_size=50, +2 more", "two": "batch_size=64, +2 more"}
-    assert plots.short_labels({"one": groups["one"]}) == {"one": "exp"}  # nothing differs: the experiment
-    assert plots.short_labels(groups, by=["lr", "batch_size"]) == {"one": "batch_size=50", "two": "batch_size=64"}
+    assert labels.short_labels({"one": groups["one"]}) == {"one": "exp"}  # nothing differs: the experiment
+    assert labels.short_labels(groups, by=["lr", "batch_size"]) == {"one": "batch_size=50", "two": "batch_size=64"}

@@ -20,9 +20,22 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from project.module import ImageClassifier
 
-STEP_LR = ["--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.01", "--model.optimizer.momentum", "0.9",
-           "--model.lr_scheduler", "torch.optim.lr_scheduler.StepLR", "--model.lr_scheduler.step_size", "1",
-           "--model.lr_scheduler.gamma", "0.5", "--trainer.deterministic", "true"]  # fmt: skip
+STEP_LR = [
+    "--model.optimizer",
+    "torch.optim.SGD",
+    "--model.optimizer.lr",
+    "0.01",
+    "--model.optimizer.momentum",
+    "0.9",
+    "--model.lr_scheduler",
+    "torch.optim.lr_scheduler.StepLR",
+    "--model.lr_scheduler.step_size",
+    "1",
+    "--model.lr_scheduler.gamma",
+    "0.5",
+    "--trainer.deterministic",
+    "true",
+]
 
 
 def lrs(run) -> dict[int, float]:
@@ -89,18 +102,38 @@ def test_diverging_run_stops_with_a_clear_message(tiny_mnist, tmp_path, monkeypa
 def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(fashion_data, tmp_path):
     """SIGKILL a real run mid-epoch; last.ckpt is whole; resuming ends where an uninterrupted run ends."""
     base = [
-        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-        "--data.num_workers", "0", "--trainer.limit_train_batches", "40", "--trainer.limit_val_batches", "5",
-        "--trainer.limit_test_batches", "5", "--trainer.enable_progress_bar", "false",
-        "--trainer.deterministic", "true", "--trainer.max_epochs", "3",
-    ]  # fmt: skip
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--data.num_workers",
+        "0",
+        "--trainer.limit_train_batches",
+        "40",
+        "--trainer.limit_val_batches",
+        "5",
+        "--trainer.limit_test_batches",
+        "5",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.deterministic",
+        "true",
+        "--trainer.max_epochs",
+        "3",
+    ]
     straight = run_module([*base, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
     # killed at step 50, mid-epoch 1 (40 steps an epoch): at a known point, however fast the machine trains
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "KILL_AT": "50", "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO}"}
     killed = [*base, "--trainer.logger.init_args.save_dir", "b", "--trainer.callbacks+=helpers.KillAt"]
-    proc = subprocess.run([sys.executable, "-m", "project.fit", *killed], cwd=tmp_path, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "project.fit", *killed],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=600,
+    )
     assert proc.returncode == -signal.SIGKILL
     ckpt_dir = tmp_path / "b" / "fashion_mnist" / "version_0" / "checkpoints"
     last = ckpt_dir / "last.ckpt"
@@ -120,13 +153,23 @@ def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(fashion_dat
 def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
     proc = run_module(
         [
-            "--config", str(REPO / "configs/fashion_mnist.yaml"),
-            "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"),
-            "--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--trainer.max_epochs", "1",
-            "--trainer.limit_train_batches", "30", "--trainer.enable_progress_bar", "false",
+            "--config",
+            str(REPO / "configs/fashion_mnist.yaml"),
+            "--config",
+            str(REPO / "configs/trainer/ddp_cpu.yaml"),
+            "--data.data_dir",
+            str(fashion_data),
+            "--data.num_workers",
+            "0",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "30",
+            "--trainer.enable_progress_bar",
+            "false",
         ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = run_dirs(tmp_path / "logs")
     assert len(runs) == 1
@@ -171,8 +214,9 @@ def test_kill_9_leaves_no_orphan_processes(fashion_data, tmp_path):
         "--trainer.enable_progress_bar",
         "false",
     ]
-    proc = subprocess.Popen([sys.executable, "-m", "project.fit", *args], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "project.fit", *args], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 120
     kids: set[int] = set()
     while time.time() < deadline and proc.poll() is None:
@@ -215,11 +259,28 @@ sys.exit(main(args))
 
 def test_kill_during_a_checkpoint_write_keeps_the_previous_last_ckpt(fashion_data, tmp_path):
     marker = tmp_path / "writing"
-    args = ["--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-            "--data.num_workers", "0", "--trainer.limit_train_batches", "5", "--trainer.limit_val_batches", "2",
-            "--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false"]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", BLOCKING_SAVE, str(marker), *args], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    args = [
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--data.num_workers",
+        "0",
+        "--trainer.limit_train_batches",
+        "5",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKING_SAVE, str(marker), *args],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 180
     while not marker.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)

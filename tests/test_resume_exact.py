@@ -11,11 +11,26 @@ import torch
 from helpers import REPO, results, run_dirs, run_main, run_module, tiny_args
 from lightning.pytorch.callbacks import Callback
 
-SGD = ["--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.01", "--model.optimizer.momentum", "0.9",
-       "--trainer.deterministic", "true"]  # fmt: skip
+SGD = [
+    "--model.optimizer",
+    "torch.optim.SGD",
+    "--model.optimizer.lr",
+    "0.01",
+    "--model.optimizer.momentum",
+    "0.9",
+    "--trainer.deterministic",
+    "true",
+]
 ONE_CYCLE = [*SGD, "--model.lr_scheduler", "torch.optim.lr_scheduler.OneCycleLR", "--model.lr_scheduler.max_lr", "0.05"]
-STEP_LR = [*SGD, "--model.lr_scheduler", "torch.optim.lr_scheduler.StepLR", "--model.lr_scheduler.step_size", "1",
-           "--model.lr_scheduler.gamma", "0.5"]  # fmt: skip
+STEP_LR = [
+    *SGD,
+    "--model.lr_scheduler",
+    "torch.optim.lr_scheduler.StepLR",
+    "--model.lr_scheduler.step_size",
+    "1",
+    "--model.lr_scheduler.gamma",
+    "0.5",
+]
 WORKERS_2 = ["--data.in_memory", "false", "--data.num_workers", "2"]
 LOADERS = {
     "in_memory": ["--data.in_memory", "true"],
@@ -97,16 +112,34 @@ def test_ddp_resume_mid_epoch_is_exact(loader, fashion_data, tmp_path, monkeypat
     path = [str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     args = [
-        "--config", str(REPO / "configs/fashion_mnist.yaml"), "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"),
-        "--data.data_dir", str(fashion_data), *LOADERS[loader], "--trainer.max_epochs", "2",
-        "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-        "--trainer.enable_progress_bar", "false", "--trainer.deterministic", "true", "--model.channels_last", "false",
-    ]  # fmt: skip
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--config",
+        str(REPO / "configs/trainer/ddp_cpu.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        *LOADERS[loader],
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "10",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.limit_test_batches",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.deterministic",
+        "true",
+        "--model.channels_last",
+        "false",
+    ]
     straight = run_module([*args, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]
     b = [*args, "--trainer.logger.init_args.save_dir", "b"]
-    stopped = run_module([*b, "--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"],
-                         cwd=tmp_path)  # fmt: skip
+    stopped = run_module(
+        [*b, "--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"], cwd=tmp_path
+    )
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "b")
     resumed = run_module([*b, "--ckpt_path", str(run / "checkpoints" / "at.ckpt")], cwd=tmp_path)

@@ -38,8 +38,15 @@ print(*(claims.claim_run(sys.argv[1]) for _ in range(int(sys.argv[2]))), sep="\\
 def test_claim_run_gives_every_process_its_own_folder(tmp_path):
     """8 processes claim 15 folders each at the same moment: 120 distinct folders, none reused."""
     experiment = tmp_path / "logs" / "exp"
-    procs = [subprocess.Popen([sys.executable, "-c", CLAIM_MANY, str(experiment), "15"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(8)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIM_MANY, str(experiment), "15"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
     claimed = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -69,17 +76,39 @@ def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp
     config, results of its own seed, one last.ckpt)."""
     logs = tmp_path / "logs"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    base = ["--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data),
-            "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches",
-            "1", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
-            "--trainer.logger.init_args.save_dir", str(logs)]  # fmt: skip
+    base = [
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.limit_test_batches",
+        "1",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(logs),
+    ]
     seeds = iter(range(11, 19))
     for _ in range(2):
         procs = []
         for _ in range(4):
             args = [*base, "--seed_everything", str(next(seeds))]
-            procs.append(subprocess.Popen([sys.executable, "-m", "project.fit", *args], cwd=tmp_path, env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "project.fit", *args],
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         for p in procs:
             _, err = p.communicate(timeout=600)
             assert p.returncode == 0, err[-2000:]
@@ -145,8 +174,9 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
     torch.save(ckpt, crafted)
     link.unlink()  # the run folder itself holds no link: the paths in the state are the attack
     checkpoints.load_checkpoint(crafted)  # loads with the safe unpickler
-    args = tiny_args(tiny_mnist, logs, "--checkpoint.save_top_k", "1", "--trainer.max_epochs", "3",
-                     "--ckpt_path", str(crafted))  # fmt: skip
+    args = tiny_args(
+        tiny_mnist, logs, "--checkpoint.save_top_k", "1", "--trainer.max_epochs", "3", "--ckpt_path", str(crafted)
+    )
     assert run_main(args) == 0
     assert (victim_dir / "inner" / "precious.txt").read_text() == "precious.txt"
     assert victim_file.read_text() == "victim.ckpt"
@@ -230,8 +260,11 @@ def test_resume_into_a_run_folder_holding_a_link_is_refused(tiny_mnist, tmp_path
 def test_unusable_save_dir_is_one_error_before_any_work(where, tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_file").write_text("x")
-    save_dir = {"proc": "/proc/forbidden", "file": str(tmp_path / "a_file"),
-                "under_file": str(tmp_path / "a_file/logs")}[where]  # fmt: skip
+    save_dir = {
+        "proc": "/proc/forbidden",
+        "file": str(tmp_path / "a_file"),
+        "under_file": str(tmp_path / "a_file/logs"),
+    }[where]
     args = tiny_args(tiny_mnist, tmp_path / "unused", "--trainer.logger.init_args.save_dir", save_dir)
     assert run_main(args) == 2
     (err,) = error_lines(capsys)

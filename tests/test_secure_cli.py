@@ -110,8 +110,14 @@ def mark_states(path: Path) -> list[str]:
 
 def test_two_identical_pruning_callbacks_in_a_plain_trainer(tmp_path, monkeypatch):
     def trainer(epochs):
-        return L.Trainer(max_epochs=epochs, callbacks=[Pruning(amount=0.3), Pruning(amount=0.3)], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path)  # fmt: skip
+        return L.Trainer(
+            max_epochs=epochs,
+            callbacks=[Pruning(amount=0.3), Pruning(amount=0.3)],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            default_root_dir=tmp_path,
+        )
 
     first, model = trainer(1), LinearModel()
     first.fit(model, linear_data())
@@ -137,8 +143,9 @@ def test_two_identical_pruning_callbacks_resume_from_the_cli(tiny_mnist, tmp_pat
     assert len(keys) == 2
     loaded = record_loads(monkeypatch)
     resume = ["--trainer.max_epochs", "2", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *pruning, "--trainer.limit_train_batches", "2",
-                              *resume)) == 0  # fmt: skip
+    assert (
+        run_main(tiny_args(tiny_mnist, tmp_path / "logs", *pruning, "--trainer.limit_train_batches", "2", *resume)) == 0
+    )
     assert sorted(loaded) == [(0, keys[0]), (1, keys[1])]
     assert results(run)["epochs"] == 2
 
@@ -164,19 +171,34 @@ FAST = {"clip_norm", "clip_value", "clip_accumulate"}  # the ones that failed; t
 
 @pytest.mark.parametrize("picked", ["32-true", "bf16-mixed", "16-mixed"])
 @pytest.mark.parametrize("flag", [f if f in FAST else pytest.param(f, marks=pytest.mark.slow) for f in FLAGS])
-def test_tuned_config_with_trainer_flags_under_each_auto_precision(tiny_mnist, tmp_path, monkeypatch, capsys,
-                                                                   picked, flag):  # fmt: skip
+def test_tuned_config_with_trainer_flags_under_each_auto_precision(
+    tiny_mnist, tmp_path, monkeypatch, capsys, picked, flag
+):
     """configs/mnist.yaml (fused AdamW step, channels_last, in-memory data, auto_precision) with each flag, as
     auto_precision would run it on a CUDA GPU (16-mixed; bf16-mixed on a CPU), a CPU with native bf16
     (bf16-mixed) and any other CPU (32-true)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(project.cli.parser, "fastest_precision", lambda accelerator: picked)
     args = [
-        "--config", str(REPO / "configs/mnist.yaml"), *tiny_args(tiny_mnist, tmp_path / "logs"),
-        "--model.optimizer", "torch.optim.AdamW", "--model.optimizer.fused", "true",
-        "--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.limit_train_batches", "4",
-        "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2", *FLAGS[flag],
-    ]  # fmt: skip
+        "--config",
+        str(REPO / "configs/mnist.yaml"),
+        *tiny_args(tiny_mnist, tmp_path / "logs"),
+        "--model.optimizer",
+        "torch.optim.AdamW",
+        "--model.optimizer.fused",
+        "true",
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--trainer.limit_train_batches",
+        "4",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.limit_test_batches",
+        "2",
+        *FLAGS[flag],
+    ]
     status = run_main(args)
     assert status == 0, capsys.readouterr().err[-2000:]
     (run,) = run_dirs(tmp_path / "logs")
@@ -261,12 +283,22 @@ def test_postgresql_password_is_never_printed_or_written(fashion_data, tmp_path)
     spec = smoke_file(tmp_path, name)
     url = with_password(POSTGRES)
     outputs = []
-    steps = [(["--storage", url, "--report"], {}),  # before the study exists
-             (["--n_trials", "1"], {"OPTUNA_STORAGE": url}),  # one trial, the URL from the environment
-             (["--storage", url, "--report"], {})]  # fmt: skip
+    steps = [
+        (["--storage", url, "--report"], {}),  # before the study exists
+        (["--n_trials", "1"], {"OPTUNA_STORAGE": url}),  # one trial, the URL from the environment
+        (["--storage", url, "--report"], {}),
+    ]
     for extra, env in steps:
-        cmd = [sys.executable, "-m", "project.sweep", "--config", str(spec), *extra,
-               "--data.data_dir", str(fashion_data)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "project.sweep",
+            "--config",
+            str(spec),
+            *extra,
+            "--data.data_dir",
+            str(fashion_data),
+        ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
         outputs.append(subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300))
     assert outputs[0].returncode == 2 and "no study" in outputs[0].stderr
@@ -331,12 +363,29 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     cmd = [
-        sys.executable, "-m", "project.fit", "--config", str(REPO / "configs/fashion_mnist.yaml"),
-        "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"), "--data.data_dir", str(fashion_data),
-        "--data.num_workers", "0", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-        "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-        "--trainer.enable_progress_bar", "false", "--trainer.callbacks+=test_secure_cli.Hold",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "project.fit",
+        "--config",
+        str(REPO / "configs/fashion_mnist.yaml"),
+        "--config",
+        str(REPO / "configs/trainer/ddp_cpu.yaml"),
+        "--data.data_dir",
+        str(fashion_data),
+        "--data.num_workers",
+        "0",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.limit_test_batches",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.callbacks+=test_secure_cli.Hold",
+    ]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         while len(list(hold.glob("ready-*"))) < 2 and proc.poll() is None:

@@ -23,9 +23,22 @@ from project.module import ImageClassifier
 from project.nets import LeNet, SimpleCNN, build_net, macs_per_sample
 
 SLIM = str(REPO / "configs/slim.yaml")
-STEP_LR = ["--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.01", "--model.optimizer.momentum", "0.9",
-           "--model.lr_scheduler", "torch.optim.lr_scheduler.StepLR", "--model.lr_scheduler.step_size", "1",
-           "--model.lr_scheduler.gamma", "0.5", "--trainer.deterministic", "true"]  # fmt: skip
+STEP_LR = [
+    "--model.optimizer",
+    "torch.optim.SGD",
+    "--model.optimizer.lr",
+    "0.01",
+    "--model.optimizer.momentum",
+    "0.9",
+    "--model.lr_scheduler",
+    "torch.optim.lr_scheduler.StepLR",
+    "--model.lr_scheduler.step_size",
+    "1",
+    "--model.lr_scheduler.gamma",
+    "0.5",
+    "--trainer.deterministic",
+    "true",
+]
 # configs/slim.yaml on LeNet: 32 % of 20/50/500 removed -> 13/34/340
 SLIM_LENET = {"channels": [13, 34], "hidden": [340]}
 SLIM_LENET_PARAMS = (13 * 25 + 13) + (34 * 13 * 25 + 34) + (34 * 16 * 340 + 340) + (340 * 10 + 10)
@@ -68,9 +81,15 @@ def test_slim_removes_the_lowest_norm_channels_and_computes_the_same_function():
     assert net.widths() == {"channels": [10, 25], "hidden": [250]}
     shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
     assert shapes == {
-        "conv1.weight": (10, 1, 5, 5), "conv1.bias": (10,), "conv2.weight": (25, 10, 5, 5), "conv2.bias": (25,),
-        "fc1.weight": (250, 400), "fc1.bias": (250,), "fc2.weight": (10, 250), "fc2.bias": (10,),
-    }  # fmt: skip
+        "conv1.weight": (10, 1, 5, 5),
+        "conv1.bias": (10,),
+        "conv2.weight": (25, 10, 5, 5),
+        "conv2.bias": (25,),
+        "fc1.weight": (250, 400),
+        "fc1.bias": (250,),
+        "fc2.weight": (10, 250),
+        "fc2.bias": (10,),
+    }
     assert n_params(net) == 109_295
     assert torch.equal(net.fc2.bias, dense.fc2.bias)  # the output layer keeps every class
     gone1 = removed_channels(dense.conv1.weight, net.conv1.weight)
@@ -195,10 +214,20 @@ def test_training_continues_after_slimming_with_the_schedule_in_place(tiny_mnist
 
 def slim_args(paths, logs, epochs, *extra):
     return tiny_args(
-        paths, logs, "--trainer.max_epochs", str(epochs), *STEP_LR,
-        "--trainer.callbacks+=project.callbacks.StructuredPruning", "--trainer.callbacks.amount", "0.5",
-        "--trainer.callbacks.start_epoch", "1", "--trainer.callbacks.end_epoch", "2", *extra,
-    )  # fmt: skip
+        paths,
+        logs,
+        "--trainer.max_epochs",
+        str(epochs),
+        *STEP_LR,
+        "--trainer.callbacks+=project.callbacks.StructuredPruning",
+        "--trainer.callbacks.amount",
+        "0.5",
+        "--trainer.callbacks.start_epoch",
+        "1",
+        "--trainer.callbacks.end_epoch",
+        "2",
+        *extra,
+    )
 
 
 def test_resume_mid_schedule_ends_with_the_same_net_bit_for_bit(tiny_mnist, tmp_path, monkeypatch, capsys):
@@ -237,12 +266,32 @@ def test_resume_mid_schedule_ends_with_the_same_net_bit_for_bit(tiny_mnist, tmp_
 def test_simple_cnn_on_cifar_format_data(tiny_cifar, tmp_path, monkeypatch):
     """configs/cifar10.yaml + configs/slim.yaml on synthetic CIFAR-10 archives: SimpleCNN 16/32 -> 10/21."""
     monkeypatch.chdir(tmp_path)
-    args = ["--config", str(REPO / "configs/cifar10.yaml"), "--config", SLIM,
-            "--data.data_dir", str(tiny_cifar["data"]), "--data.source_dir", str(tiny_cifar["source"]),
-            "--data.val_size", "100", "--data.batch_size", "50", "--data.eval_batch_size", "100",
-            "--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.max_epochs", "2",
-            "--trainer.enable_progress_bar", "false",
-            "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]  # fmt: skip
+    args = [
+        "--config",
+        str(REPO / "configs/cifar10.yaml"),
+        "--config",
+        SLIM,
+        "--data.data_dir",
+        str(tiny_cifar["data"]),
+        "--data.source_dir",
+        str(tiny_cifar["source"]),
+        "--data.val_size",
+        "100",
+        "--data.batch_size",
+        "50",
+        "--data.eval_batch_size",
+        "100",
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "logs"),
+    ]
     assert run_main(args) == 0
     (run,) = run_dirs(tmp_path / "logs")
     r = results(run)
@@ -286,12 +335,28 @@ def test_callback_refuses_bad_settings_when_built_in_python():
 def test_fashion_mnist_with_the_slim_overlay_through_the_cli(fashion_data, tmp_path):
     """The README's command, shortened: python -m project.fit --config fashion_mnist.yaml --config slim.yaml."""
     proc = run_module(
-        ["--config", str(REPO / "configs/fashion_mnist.yaml"), "--config", SLIM,
-         "--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--data.persistent_workers", "false",
-         "--trainer.limit_train_batches", "40", "--trainer.limit_val_batches", "5", "--trainer.limit_test_batches", "2",
-         "--trainer.enable_progress_bar", "false"],
+        [
+            "--config",
+            str(REPO / "configs/fashion_mnist.yaml"),
+            "--config",
+            SLIM,
+            "--data.data_dir",
+            str(fashion_data),
+            "--data.num_workers",
+            "0",
+            "--data.persistent_workers",
+            "false",
+            "--trainer.limit_train_batches",
+            "40",
+            "--trainer.limit_val_batches",
+            "5",
+            "--trainer.limit_test_batches",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+        ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "logs")
     r = results(run)
@@ -330,12 +395,33 @@ README_SAYS = {
 
 
 def shipped_args(data: dict, logs, base: str, overlay: str, *extra: str) -> list[str]:
-    return ["--config", str(REPO / "configs" / base), "--config", str(REPO / "configs" / overlay),
-            "--data.data_dir", str(data["data"]), "--data.source_dir", str(data["source"]), "--data.val_size", "100",
-            "--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.limit_train_batches", "2",
-            "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
-            "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(logs),
-            *extra]  # fmt: skip
+    return [
+        "--config",
+        str(REPO / "configs" / base),
+        "--config",
+        str(REPO / "configs" / overlay),
+        "--data.data_dir",
+        str(data["data"]),
+        "--data.source_dir",
+        str(data["source"]),
+        "--data.val_size",
+        "100",
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.limit_test_batches",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(logs),
+        *extra,
+    ]
 
 
 def schedule_warnings(caught) -> list[str]:

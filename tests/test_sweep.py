@@ -90,12 +90,25 @@ def test_a_bad_sweep_file_is_one_error_line_and_writes_nothing(change, message, 
         ({"sampler": "tpee"}, "sampler", "is not one of grid, random, tpe"),
         ({"objective": {"metric": "test_acc", "goal": "max"}}, "objective", "unknown key 'goal'; objective takes"),
         ({"base": {"args": "--trainer.max_epochs 2"}}, "base.args", "is not a list of fit arguments"),
-        ({"space": {"model.optimizer.init_args.lr": {"int": [1, 4], "step": 0}}}, "space.model.optimizer.init_args.lr",
-         "int needs [low, high] integers"),
-        ({"space": {"model.optimizer.init_args.lr": {"float": [0.5, 0.1]}, "model.optimizer.init_args.momentum": [0]},
-          "sampler": "random", "n_trials": 2}, "space.model.optimizer.init_args.lr", "low < high"),
+        (
+            {"space": {"model.optimizer.init_args.lr": {"int": [1, 4], "step": 0}}},
+            "space.model.optimizer.init_args.lr",
+            "int needs [low, high] integers",
+        ),
+        (
+            {
+                "space": {
+                    "model.optimizer.init_args.lr": {"float": [0.5, 0.1]},
+                    "model.optimizer.init_args.momentum": [0],
+                },
+                "sampler": "random",
+                "n_trials": 2,
+            },
+            "space.model.optimizer.init_args.lr",
+            "low < high",
+        ),
     ],
-)  # fmt: skip
+)
 def test_sweep_file_errors_name_the_file_the_key_and_what_it_takes(change, key, allowed, tmp_path, monkeypatch, capsys):
     """Typed sections parsed by jsonargparse: a wrong type or a value out of range is one line with the file and the
     key (a string where a number belongs was a traceback; the sampler or a range had no file)."""
@@ -118,12 +131,17 @@ def test_report_of_a_sweep_not_run_yet_writes_nothing(tmp_path, monkeypatch, cap
 def test_trial_config_sets_dotted_keys_and_swaps_classes():
     base = {
         "seed_everything": 42,
-        "trainer": {"logger": {"class_path": "TensorBoardLogger", "init_args": {"save_dir": "logs", "name": "x"}},
-                    "callbacks": [{"class_path": "project.callbacks.Pruning", "init_args": {"amount": 0.5}}]},
+        "trainer": {
+            "logger": {"class_path": "TensorBoardLogger", "init_args": {"save_dir": "logs", "name": "x"}},
+            "callbacks": [{"class_path": "project.callbacks.Pruning", "init_args": {"amount": 0.5}}],
+        },
         "model": {"optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.1, "betas": [0.9, 0.99]}}},
-    }  # fmt: skip
-    params = {"trainer.callbacks.0.amount": 0.9, "model.optimizer.class_path": "torch.optim.SGD",
-              "model.optimizer.lr": 0.5}  # fmt: skip
+    }
+    params = {
+        "trainer.callbacks.0.amount": 0.9,
+        "model.optimizer.class_path": "torch.optim.SGD",
+        "model.optimizer.lr": 0.5,
+    }
     cfg = sweep_config.trial_config(base, params, seed=3, save_dir="out", name="sw", version=7)
     assert cfg["trainer"]["callbacks"][0]["init_args"]["amount"] == 0.9
     assert cfg["trainer"]["callbacks"][-1] == {"class_path": "project.sweep.trial.ReportToStudy"}
@@ -153,20 +171,32 @@ def test_report_groups_completed_trials_and_plots_with_summarize(tmp_path):
     study = optuna.create_study(direction="maximize")
     lr = optuna.distributions.CategoricalDistribution([0.01, 0.05])
     seed = optuna.distributions.CategoricalDistribution([1, 2])
-    trials = [(0.01, 1, 0.2, "COMPLETE"), (0.05, 1, 0.4, "COMPLETE"), (0.01, 2, 0.3, "COMPLETE"),
-              (0.05, 2, 0.2, "COMPLETE"), (0.01, 2, 0.9, "PRUNED")]  # fmt: skip
+    trials = [
+        (0.01, 1, 0.2, "COMPLETE"),
+        (0.05, 1, 0.4, "COMPLETE"),
+        (0.01, 2, 0.3, "COMPLETE"),
+        (0.05, 2, 0.2, "COMPLETE"),
+        (0.01, 2, 0.9, "PRUNED"),
+    ]
     for i, (rate, s, value, state) in enumerate(trials):
         run = folder / f"version_{i}"
         run.mkdir(parents=True)
         (run / "results.json").write_text(json.dumps({"best_val_acc": value, "sparsity": 0.5, "epochs": 2, "seed": s}))
-        study.add_trial(optuna.trial.create_trial(
-            state=optuna.trial.TrialState[state], value=value if state == "COMPLETE" else None,
-            params={"model.optimizer.init_args.lr": rate, "seed": s}, distributions={"model.optimizer.init_args.lr": lr,
-            "seed": seed}, user_attrs={"run": str(run)}))  # fmt: skip
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=optuna.trial.TrialState[state],
+                value=value if state == "COMPLETE" else None,
+                params={"model.optimizer.init_args.lr": rate, "seed": s},
+                distributions={"model.optimizer.init_args.lr": lr, "seed": seed},
+                user_attrs={"run": str(run)},
+            )
+        )
     out = sweep_report.report(study, spec, folder)
     points = {p["params"]["model.optimizer.init_args.lr"]: p for p in out["points"]}
     assert {k: (p["n"], p["seeds"], round(p["mean"], 6)) for k, p in points.items()} == {
-        0.01: (2, [1, 2], 0.25), 0.05: (2, [1, 2], 0.3)}  # fmt: skip
+        0.01: (2, [1, 2], 0.25),
+        0.05: (2, [1, 2], 0.3),
+    }
     assert points[0.05]["std"] == pytest.approx(0.1414213, abs=1e-6) and points[0.01]["sparsity"] == 0.5
     assert out["best"]["params"] == {"model.optimizer.init_args.lr": 0.05}
     assert len(out["trials"]) == 5 and out["trials"][4]["state"] == "pruned"
@@ -185,9 +215,13 @@ def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashio
     args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--trainer.callbacks+=helpers.SleepAtEpoch"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     folder = tmp_path / "logs" / "smoke"
-    worker = subprocess.Popen([sys.executable, "-m", "project.sweep", *args], cwd=tmp_path,
-                              env={**env, "SWEEP_TEST_SLEEP": "1"}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "project.sweep", *args],
+        cwd=tmp_path,
+        env={**env, "SWEEP_TEST_SLEEP": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 180
     while not (folder / "version_0" / "checkpoints" / "last.ckpt").is_file():
         assert worker.poll() is None and time.monotonic() < deadline, "trial 0 never wrote its first checkpoint"
@@ -260,7 +294,7 @@ def test_two_workers_share_a_postgresql_study(fashion_data, tmp_path):
 def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp_path):
     spec = write_sweep(
         tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.01]}, pruner={"threshold": {"lower": 2.0}}
-    )  # fmt: skip  (val/acc < 2: prune at once)
+    )  # val/acc < 2: prune at once
     proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = pruned_at_once(tmp_path)

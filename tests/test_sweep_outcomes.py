@@ -57,8 +57,18 @@ def test_a_trial_without_its_objective_fails_with_one_line(fashion_data, tmp_pat
 def test_a_ddp_trial_is_pruned_on_every_rank(fashion_data, tmp_path):
     """Two CPU ranks: rank 0 asks the pruner, both stop after epoch 0, the run is tested; no deadlock."""
     spec = write_sweep(tmp_path, **ONE_POINT, pruner={"threshold": {"lower": 2.0}})  # val/acc < 2: prune at once
-    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--trainer.strategy", "ddp",
-            "--trainer.devices", "2", "--trainer.accelerator", "cpu"]  # fmt: skip
+    args = [
+        "--config",
+        str(spec),
+        "--data.data_dir",
+        str(fashion_data),
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        "2",
+        "--trainer.accelerator",
+        "cpu",
+    ]
     proc = run_sweep(args, tmp_path, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = pruned_at_once(tmp_path)
@@ -86,10 +96,21 @@ def test_trials_run_warm_and_give_the_results_of_fit_run_alone(fashion_data, tmp
         servers.add(tree["parent"])
     assert len(servers) == 1  # one server for the worker's trials
     alone = subprocess.run(
-        [sys.executable, "-m", "project.fit", "--config", str(folder / "version_1" / "sweep-trial.yaml"),
-         "--trainer.logger.init_args.version", "alone"],
-        cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "project.fit",
+            "--config",
+            str(folder / "version_1" / "sweep-trial.yaml"),
+            "--trainer.logger.init_args.version",
+            "alone",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert alone.returncode == 0, alone.stderr[-3000:]
     warm = json.loads((folder / "version_1" / "results.json").read_text())
     cold = json.loads((folder / "alone" / "results.json").read_text())

@@ -29,15 +29,33 @@ def get(url: str, body: dict | None = None):
 @pytest.fixture
 def tensorboard(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "5",
-            "--config", str(REPO / "configs/pruning.yaml")]  # fmt: skip
+    args = [
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.log_every_n_steps",
+        "5",
+        "--config",
+        str(REPO / "configs/pruning.yaml"),
+    ]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *args)) == 0
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "logs"), "--host", "127.0.0.1",
-         "--port", str(port), "--load_fast", "false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(tmp_path / "logs"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--load_fast",
+            "false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -82,8 +100,21 @@ def test_dashboards_hold_what_the_readme_promises(tensorboard):
     assert "Sparsity (global, per layer)" in charts and "Learning rate" in charts
     experiment = get(f"{base}/data/plugin/hparams/experiment", {"experimentName": ""})
     columns = {h["name"]: h for h in experiment["hparamInfos"]}
-    assert {"net", "optimizer", "lr", "lr_scheduler", "batch_size", "max_epochs", "precision", "in_memory",
-            "channels_last", "pruning", "pruning_amount", "seed", "dataset"} <= set(columns)  # fmt: skip
+    assert {
+        "net",
+        "optimizer",
+        "lr",
+        "lr_scheduler",
+        "batch_size",
+        "max_epochs",
+        "precision",
+        "in_memory",
+        "channels_last",
+        "pruning",
+        "pruning_amount",
+        "seed",
+        "dataset",
+    } <= set(columns)
     assert not [c for c in columns if c.startswith("_") or "/" in c]  # no internal keys
     assert columns["in_memory"]["type"] == "DATA_TYPE_BOOL" and columns["lr"]["type"] == "DATA_TYPE_FLOAT64"
     # TensorBoard builds the columns from the runs' sessions (no run declares them for all): one run, nothing differs

@@ -124,8 +124,9 @@ def test_plugins_added_with_plus_keep_the_atomic_checkpoint_io(tiny_mnist, tmp_p
     assert plugins == ["LocalAtomicCheckpointIO", "LightningEnvironment"]
 
 
-def test_a_source_dir_that_is_not_a_folder_is_refused_even_with_the_data_in_place(tiny_mnist, tmp_path, monkeypatch,
-                                                                                    capsys):  # fmt: skip
+def test_a_source_dir_that_is_not_a_folder_is_refused_even_with_the_data_in_place(
+    tiny_mnist, tmp_path, monkeypatch, capsys
+):
     """Found by a new user: with ``data_dir`` already imported a mistyped ``--data.source_dir`` trained silently."""
     monkeypatch.chdir(tmp_path)
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.limit_train_batches", "1")) == 0
@@ -173,3 +174,12 @@ def test_summarize_groups_runs_that_differ_only_in_how_they_are_watched(tiny_mni
     assert summarize.main([str(logs)]) == 0
     groups = json.loads((logs / "summary.json").read_text())
     assert [g["runs"] for g in groups["groups"].values()] == [2]
+
+
+def test_summaries_ignore_exactly_the_run_callbacks_keys():
+    """summarize groups runs that differ only in how they are watched: the keys it ignores are the parser's."""
+    from project.cli.parser import RUN_CALLBACKS
+    from project.runs.layout import RUN_CALLBACK_KEYS
+    from project.summary.collect import IGNORED
+
+    assert tuple(RUN_CALLBACKS) == RUN_CALLBACK_KEYS and set(RUN_CALLBACK_KEYS) <= set(IGNORED)

@@ -65,7 +65,7 @@ def local_path(path: Any) -> Path | None:
     return Path(stripped) if isinstance(fs, LocalFileSystem) else None
 
 
-class RunCheckpoint(ModelCheckpoint):
+class RunCheckpoint(adapters.LastSaveRecorder):
     """Lightning's ``ModelCheckpoint`` whose ``last.ckpt`` is the newest state at every save point.
 
     Lightning 2.6 rewrites ``last.ckpt`` at the end of validation only when a top-k checkpoint was saved in
@@ -81,8 +81,6 @@ class RunCheckpoint(ModelCheckpoint):
     ``test_save_last_every_n_epochs_interaction``). ``test_configure_model_checkpoint`` fails as the
     Trainer's own default callback is Lightning's class.
     """
-
-    _last_saved_step: int | None = None
 
     def __init__(self, dirpath: str | Path | None = None, **kwargs: Any) -> None:
         if dirpath is not None and "://" in str(dirpath) and local_path(dirpath) is not None:
@@ -119,14 +117,10 @@ class RunCheckpoint(ModelCheckpoint):
             state["last_model_path"] = self.last_model_path
         super().load_state_dict(state)
 
-    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
-        super()._save_last_checkpoint(trainer, monitor_candidates)
-        self._last_saved_step = trainer.global_step
-
     def _refresh_last(self, trainer: L.Trainer) -> None:
         if not self.save_last or trainer.sanity_checking or trainer.fast_dev_run:
             return
-        if trainer.state.fn == TrainerFn.FITTING and self._last_saved_step != trainer.global_step:
+        if trainer.state.fn == TrainerFn.FITTING and self.last_saved_step != trainer.global_step:
             adapters.save_last_checkpoint(self, trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import lightning as L
 import torch
@@ -28,6 +28,8 @@ from project.errors import ConfigError, require
 log = logging.getLogger(__name__)
 
 LAYER_TYPES: dict[str, type[nn.Module]] = {"Conv2d": nn.Conv2d, "Linear": nn.Linear}
+# A float in [0, 1), checked by jsonargparse when a config is parsed. Not under `if TYPE_CHECKING`: jsonargparse
+# reads such blocks too, and would check a plain float. Type checkers see a variable, hence the ignores where used.
 PruningAmount = restricted_number_type("PruningAmount", float, [(">=", 0), ("<", 1)], join="and")
 
 
@@ -100,11 +102,16 @@ class ScheduledPruning(Callback):
     # Trainer's callbacks (number_copies), then the order in which that Trainer lists them.
     _created: ClassVar[dict[str, itertools.count]] = {}
 
-    method: str
     target: float
     start_epoch: int
     end_epoch: int
     copy: int = 0
+
+    if TYPE_CHECKING:  # read-only here: Pruning sets it, StructuredPruning derives it from its norm
+
+        @property
+        def method(self) -> str:
+            """A short name for reports (``l1_unstructured``, ``structured_l2``, ...)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -119,8 +126,9 @@ class ScheduledPruning(Callback):
         """
         require(0 <= amount < 1, f"{self.label} amount", f"must be in [0, 1), got {amount}")
         end_epoch = start_epoch if end_epoch is None else end_epoch
-        require(end_epoch >= start_epoch, f"{self.label} end_epoch",
-                f"({end_epoch}) must be >= start_epoch ({start_epoch})")  # fmt: skip
+        require(
+            end_epoch >= start_epoch, f"{self.label} end_epoch", f"({end_epoch}) must be >= start_epoch ({start_epoch})"
+        )
         self.target, self.start_epoch, self.end_epoch = float(amount), int(start_epoch), int(end_epoch)
 
     def take_copy_number(self) -> None:
@@ -180,7 +188,8 @@ class ScheduledPruning(Callback):
             )
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        ScheduledPruning.number_copies(trainer.callbacks)
+        # Trainer.callbacks: set by Lightning's CallbackConnector, not declared on the class
+        ScheduledPruning.number_copies(trainer.callbacks)  # type: ignore[attr-defined]
         if stage == "fit":
             self.warn_if_cut_short(trainer.max_epochs)
 
@@ -267,11 +276,12 @@ class Pruning(ScheduledPruning, ModelPruning):
 
     config_file = "configs/pruning.yaml"
     charts = {"Pruning": {"Sparsity (global, per layer)": ["Multiline", [r"sparsity/.*"]]}}
+    method: str  # the constructor's ``method``
 
     def __init__(
         self,
         method: Literal["l1_unstructured", "random_unstructured", "ln_structured"] = "l1_unstructured",
-        amount: PruningAmount = 0.5,
+        amount: PruningAmount = 0.5,  # type: ignore[valid-type]
         start_epoch: NonNegativeInt = 0,
         end_epoch: NonNegativeInt | None = None,
         global_pruning: bool = True,
@@ -294,7 +304,7 @@ class Pruning(ScheduledPruning, ModelPruning):
         ModelPruning.__init__(
             self,
             pruning_fn=method,
-            parameter_names=parameter_names or ["weight"],
+            parameter_names=cast("list[str] | None", parameter_names) or ["weight"],  # Lightning only reads it
             use_global_unstructured=global_pruning,
             amount=self._step_amount,
             make_pruning_permanent=make_pruning_permanent,

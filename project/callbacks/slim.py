@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import lightning as L
 import torch
 from jsonargparse.typing import NonNegativeInt
+from lightning.fabric.utilities.data import AttributeDict
 from torch import nn
 
 from project.callbacks.pruning import LAYER_TYPES, Pruning, PruningAmount, ScheduledPruning
 from project.errors import ConfigError, require
-from project.nets import count_params, macs_per_sample
+from project.nets import Net, count_params, macs_per_sample
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def prunable_layers(net: nn.Module, layer_types: tuple[type[nn.Module], ...]) ->
 
 def width_of(layer: nn.Module) -> int:
     """Output channels of a conv, output features of a linear layer."""
-    return int(layer.out_channels if isinstance(layer, nn.Conv2d) else layer.out_features)
+    return int(layer.out_channels if isinstance(layer, nn.Conv2d) else cast(nn.Linear, layer).out_features)
 
 
 def kept(initial: int, amount: float) -> int:
@@ -60,7 +61,7 @@ def kept(initial: int, amount: float) -> int:
 
 
 def slim(
-    net: nn.Module,
+    net: Net,
     keep: dict[str, int] | int,
     norm: int = 1,
     layer_types: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear),
@@ -94,6 +95,7 @@ def slim(
         "ignored_layers": [output_layer(net)],
         "root_module_types": list(layer_types),
     }
+    kwargs: dict[str, Any]
     # MetaPruner keeps floor(current * (1 - ratio)) channels; asking for keep + 0.5 makes that exactly `keep`.
     if isinstance(keep, int):
         current = sum(width_of(m) for m in layers.values())
@@ -175,7 +177,7 @@ class StructuredPruning(ScheduledPruning):
 
     def __init__(
         self,
-        amount: PruningAmount = 0.5,
+        amount: PruningAmount = 0.5,  # type: ignore[valid-type]
         norm: Literal[1, 2] = 1,
         global_pruning: bool = False,
         start_epoch: NonNegativeInt = 0,
@@ -185,8 +187,11 @@ class StructuredPruning(ScheduledPruning):
         self.init_schedule(amount, start_epoch, end_epoch)
         require(norm in (1, 2), "structured pruning norm", f"must be 1 or 2, got {norm}")
         layers = layers or ["Conv2d", "Linear"]
-        require(bool(layers) and all(name in LAYER_TYPES for name in layers), "structured pruning layers",
-                f"must be a list of {sorted(LAYER_TYPES)}, got {layers}")  # fmt: skip
+        require(
+            bool(layers) and all(name in LAYER_TYPES for name in layers),
+            "structured pruning layers",
+            f"must be a list of {sorted(LAYER_TYPES)}, got {layers}",
+        )
         self.norm, self.global_pruning = int(norm), bool(global_pruning)
         self.layer_names = list(layers)
         self.layer_types = tuple(LAYER_TYPES[name] for name in layers)
@@ -239,7 +244,8 @@ class StructuredPruning(ScheduledPruning):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
             return super().setup(trainer, pl_module, stage)
-        if any(isinstance(cb, Pruning) for cb in trainer.callbacks):
+        # Trainer.callbacks: set by Lightning's CallbackConnector, not declared on the class
+        if any(isinstance(cb, Pruning) for cb in trainer.callbacks):  # type: ignore[attr-defined]
             raise ConfigError(
                 "trainer.callbacks: StructuredPruning removes channels, Pruning masks single weights of the same "
                 "layers; use one of them (configs/slim.yaml or configs/pruning.yaml)"
@@ -255,9 +261,9 @@ class StructuredPruning(ScheduledPruning):
                 "references to the parameters that slimming replaces. Use trainer.devices 1"
             )
         # The net as configured (setup runs before a resumed checkpoint is loaded): the schedule's reference.
-        net = pl_module.net
+        net = cast(Net, pl_module.net)
         self.reference(net)
-        hp = pl_module.hparams
+        hp = cast(AttributeDict, pl_module.hparams)
         self.before = {
             "params": count_params(net),
             "macs_per_sample": macs_per_sample(hp.net, hp.num_classes, net.widths()),
@@ -269,7 +275,7 @@ class StructuredPruning(ScheduledPruning):
 
     def step(self, trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> bool:
         """Slim the net to the schedule's widths for ``epoch`` (a no-op if it has them); returns whether it did."""
-        net = pl_module.net
+        net = cast(Net, pl_module.net)
         before = net.widths()
         slim(net, self.keep_at(epoch), self.norm, self.layer_types)
         if net.widths() == before:
@@ -282,7 +288,7 @@ class StructuredPruning(ScheduledPruning):
         return True
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        net, hp = pl_module.net, pl_module.hparams
+        net, hp = cast(Net, pl_module.net), cast(AttributeDict, pl_module.hparams)
         stats = {
             "slim/params": float(count_params(net)),
             "slim/macs_per_sample": float(macs_per_sample(hp.net, hp.num_classes, net.widths())),

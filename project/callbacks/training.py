@@ -107,7 +107,8 @@ class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
         self._epoch_start: tuple[float, int] = (0.0, 0)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.kwargs["window_size"] = max(2, self.window_size or trainer.log_every_n_steps)
+        # Trainer.log_every_n_steps: set by Lightning's LoggerConnector, not declared on the class
+        self.kwargs["window_size"] = max(2, self.window_size or trainer.log_every_n_steps)  # type: ignore[attr-defined]
         super().setup(trainer, pl_module, stage)
 
     @rank_zero_only

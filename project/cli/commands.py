@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import ArgumentParser
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project import checkpoints
@@ -36,8 +35,18 @@ from project.errors import ConfigError
 from project.runs import layout
 
 # The run's own settings that a rebuilt experiment must not take over: it writes no run folder and resumes nothing.
-REBUILD = ["--trainer.logger", "false", "--ckpt_path", "null", "--trust_checkpoint", "false",
-           "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]  # fmt: skip
+REBUILD = [
+    "--trainer.logger",
+    "false",
+    "--ckpt_path",
+    "null",
+    "--trust_checkpoint",
+    "false",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
+]
 
 
 @dataclass
@@ -70,13 +79,17 @@ class Command:
 
     def option_names(self) -> set[str]:
         """The keys the command adds to the parser (``run``, ``ckpt`` and its own)."""
-        parser = ArgumentParser()
+        parser = LightningArgumentParser()
         self.arguments(parser)
         return set(parser.get_defaults().keys())
 
     def arguments(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("run", type=str, help="run folder (logs/<experiment>/version_N), experiment folder "
-                            "(its newest run) or checkpoint inside a run")  # fmt: skip
+        parser.add_argument(
+            "run",
+            type=str,
+            help="run folder (logs/<experiment>/version_N), experiment folder "
+            "(its newest run) or checkpoint inside a run",
+        )
         parser.add_argument("--ckpt", type=str, default="best", help="best (default), last, or a checkpoint file")
         self.add_arguments(parser)
 
@@ -183,8 +196,12 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
         check_run_config(command, config)
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
-    return ProjectCLI(["--config", str(config), *REBUILD, *overrides, *args], prog=prog,
-                      command_options=options, usage=command.usage if command is not None else None)  # fmt: skip
+    return ProjectCLI(
+        ["--config", str(config), *REBUILD, *overrides, *args],
+        prog=prog,
+        command_options=options,
+        usage=command.usage if command is not None else None,
+    )
 
 
 def check_command_line(command: Command, args: list[str]) -> None:
@@ -241,8 +258,13 @@ def command_main(command: Command, argv: list[str] | None = None) -> int:
         lead = leading_positionals(argv)
         if not lead:
             if not argv or {"-h", "--help"} & set(argv):  # help, or the parser's own "required: run"
-                ProjectCLI(argv, prog=command.prog, command_options=command.arguments,
-                           description=command.description, usage=command.usage)  # fmt: skip
+                ProjectCLI(
+                    argv,
+                    prog=command.prog,
+                    command_options=command.arguments,
+                    description=command.description,
+                    usage=command.usage,
+                )
             raise ConfigError(f"RUN comes first (a run folder, an experiment folder or a checkpoint): {command.usage}")
         run = find_run(lead[0])
         # positionals first, so that jsonargparse reads them as positionals after the config file
@@ -268,5 +290,14 @@ def main_of(command: Command) -> Callable[[list[str] | None], int]:
     return main
 
 
-__all__ = ["Command", "RunJob", "cli_for_run", "command_checkpoint", "command_main", "exit_with", "find_run",
-           "load_weights", "main_of"]  # fmt: skip
+__all__ = [
+    "Command",
+    "RunJob",
+    "cli_for_run",
+    "command_checkpoint",
+    "command_main",
+    "exit_with",
+    "find_run",
+    "load_weights",
+    "main_of",
+]

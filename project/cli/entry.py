@@ -95,14 +95,15 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
     """
     setup_logging()
     cli = None
-    from project.runs import claims
-
     try:
         cli = make_cli()
         work(cli)
     except SIGTERMException:  # Lightning's loops raise it (a SystemExit without a code) after a SIGTERM
-        print("error: stopped by SIGTERM; a run folder that holds a checkpoint is kept: resume it with --ckpt_path "
-              "last (or the folder)", file=sys.stderr)  # fmt: skip
+        print(
+            "error: stopped by SIGTERM; a run folder that holds a checkpoint is kept: resume it with --ckpt_path "
+            "last (or the folder)",
+            file=sys.stderr,
+        )
         return SIGTERM_STATUS
     except (ArgumentError, ValueError, MisconfigurationException, UserError) as e:
         parsing = cli is None
@@ -114,8 +115,6 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
         else:
             print(f"error: {_one_line(e)}", file=sys.stderr)
         return status
-    finally:
-        claims.release_claimed()  # a run folder claimed for a command that failed before writing into it
     return 0
 
 

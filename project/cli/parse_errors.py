@@ -69,9 +69,10 @@ def _said(error: BaseException) -> _Said:
 def _chain(error: BaseException) -> list[BaseException]:
     """``error`` and the errors it was raised from (``__cause__``, else ``__context__``), outermost first."""
     chain: list[BaseException] = []
-    while error is not None and error not in chain:
-        chain.append(error)
-        error = error.__cause__ or error.__context__
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
     return chain
 
 

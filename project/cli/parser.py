@@ -20,7 +20,7 @@ import lightning as L
 from jsonargparse import ArgumentError
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters, checkpoints
@@ -135,7 +135,7 @@ warnings.filterwarnings(
 )
 
 
-class ProjectCLI(LightningCLI):
+class ProjectCLI(adapters.TrainerCallbacksCLI):
     """LightningCLI with the project's defaults and checks (``run=False``: the entry point calls the work).
 
     Raises:
@@ -152,10 +152,21 @@ class ProjectCLI(LightningCLI):
     ) -> None:
         # a run-folder command (project.commands) adds its own options to this one parser
         self.command_options = command_options
+        self.claimed: list[Path] = []  # the folders this command claimed (claims.release: those still empty)
         ddp.register_strategies()  # every ddp* strategy name binds its rendezvous to one address
         kwargs["description"] = f"{kwargs.get('description', '')}\n\n{HELP_OVERVIEW}".strip()
-        usage = usage or (f"{prog} [--config CONFIG ...] [--model.* ...] [--data.* ...] [--trainer.* ...] "
-                          "[--ckpt_path CKPT] [--print_config]")  # fmt: skip
+        usage = usage or (
+            f"{prog} [--config CONFIG ...] [--model.* ...] [--data.* ...] [--trainer.* ...] "
+            "[--ckpt_path CKPT] [--print_config]"
+        )
+        try:
+            self.build(args, prog, usage, kwargs)
+        except BaseException:  # a bad config or class: the run folder claimed for it goes (when still empty)
+            claims.release(self.claimed)
+            raise
+
+    def build(self, args: list[str] | None, prog: str, usage: str, kwargs: dict[str, Any]) -> None:
+        """LightningCLI's own ``__init__``: parse, check (:meth:`prepare_config`), instantiate."""
         super().__init__(
             model_class=ImageClassifier,
             datamodule_class=VisionDataModule,
@@ -344,22 +355,23 @@ class ProjectCLI(LightningCLI):
             if run.is_dir() and layout.holds_run(run):
                 files.check_no_links(run)
                 return
-        run = claims.claim_run(experiment, args.version)
+        run = claims.claim_run(experiment, args.version, self.claimed)
         args.version = layout.version_of(run) if isinstance(args.version, int) or args.version is None else run.name
 
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
+    def trainer_callbacks(self, config: dict[str, Any], callbacks: list[Any]) -> list[Any]:
         # Lightning refuses ``enable_checkpointing=False`` next to a ModelCheckpoint, and the run's RunCheckpoint
         # (``checkpoint.*``) is always one: without checkpointing it is left out, and fit tests the final weights.
         # Removed run callbacks (``--lr_monitor null``) are None here; those that write through the logger are
         # left out of a Trainer without one.
         logged = bool(config.get("logger"))
         callbacks = [
-            c for c in callbacks
+            c
+            for c in callbacks
             if c is not None
             and not (config.get("enable_checkpointing") is False and isinstance(c, RunCheckpoint))
             and (logged or not isinstance(c, NEEDS_LOGGER))
-        ]  # fmt: skip
-        return super()._instantiate_trainer(config, callbacks)
+        ]
+        return callbacks
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         with warnings.catch_warnings():

@@ -56,25 +56,32 @@ class BoundDDPStrategy(DDPStrategy):
             single = self.num_nodes == 1
             address = self.listen_address or (LOOPBACK if single else None)
             if address is not None:
+                assert self.cluster_environment is not None  # Lightning's accelerator connector always sets one
                 if single:
                     loopback_interfaces()
                 self._init_with_store(address, LOOPBACK if single else self.cluster_environment.main_address)
         super().setup_distributed()  # Lightning's own steps; it finds the process group initialized
 
     def _init_with_store(self, address: str, connect_to: str) -> None:
+        assert self.cluster_environment is not None  # Lightning's accelerator connector always sets one
         port = self.cluster_environment.main_port
         if self.global_rank == 0:
             server = socket.create_server((address, port), family=socket.AF_INET6 if ":" in address else socket.AF_INET)
             store = dist.TCPStore(
                 address, port, self.world_size, True, self.rendezvous_timeout, master_listen_fd=server.detach()
-            )  # fmt: skip  (the store owns the socket now)
+            )  # the store owns the socket now
         else:
             store = dist.TCPStore(connect_to, port, self.world_size, False, self.rendezvous_timeout)
         cuda = self.root_device.type == "cuda"
         backend = self.process_group_backend or ("nccl" if cuda else "gloo")
-        dist.init_process_group(backend, store=store, rank=self.global_rank, world_size=self.world_size,
-                                timeout=self.rendezvous_timeout,
-                                device_id=self.root_device if cuda else None)  # fmt: skip
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=self.global_rank,
+            world_size=self.world_size,
+            timeout=self.rendezvous_timeout,
+            device_id=self.root_device if cuda else None,
+        )
         atexit.register(destroy_process_group)
 
 
@@ -94,12 +101,12 @@ def loopback_interfaces() -> None:
 
 
 def register_strategies() -> None:
-    """Make every ``ddp*`` strategy name of Lightning's registry (``ddp``, ``ddp_spawn``, ``ddp_find_unused_parameters_true``,
-    ...) build :class:`BoundDDPStrategy` with the same options. Called by :class:`project.cli.parser.ProjectCLI`;
-    calling it again changes nothing."""
+    """Make every ``ddp*`` strategy name of Lightning's registry (``ddp``, ``ddp_spawn``,
+    ``ddp_find_unused_parameters_true``, ...) build :class:`BoundDDPStrategy` with the same options. Called by
+    :class:`project.cli.parser.ProjectCLI`; calling it again changes nothing."""
     for name in list(StrategyRegistry):
         entry = StrategyRegistry[name]
         if entry["strategy"] is DDPStrategy:
-            StrategyRegistry.register(name, BoundDDPStrategy, description=entry["description"], override=True,
-                                      **entry["init_params"])  # fmt: skip
-
+            StrategyRegistry.register(
+                name, BoundDDPStrategy, description=entry["description"], override=True, **entry["init_params"]
+            )

@@ -127,7 +127,7 @@ def record_start(run: Path) -> None:
         {
             "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or len(data["starts"])),
             "nodes": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
-        }  # fmt: skip
+        }
     )
     files.write_json(path, data)
 

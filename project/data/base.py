@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import lightning as L
 import torch
@@ -39,8 +39,11 @@ from project.data import loaders
 from project.data.archives import FIX, created_dirs, download_with_torchvision, preparation_lock
 from project.data.images import ImageFiles, image_files
 from project.data.memory import EpochBatches
-from project.data.resume import batches_done
+from project.data.resume import ResumableLoader, batches_done
 from project.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from lightning.fabric.utilities.data import AttributeDict
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,12 @@ class VisionDataModule(L.LightningDataModule):
     input_shape: ClassVar[tuple[int, int, int]]
     num_classes: ClassVar[int] = 10
 
+    if TYPE_CHECKING:  # Lightning types it AttributeDict | MutableMapping; save_hyperparameters makes it the former
+
+        @property
+        def hparams(self) -> AttributeDict:
+            """The constructor's arguments (``self.hparams.batch_size``, ...)."""
+
     def __init__(
         self,
         data_dir: str = "data",
@@ -97,7 +106,7 @@ class VisionDataModule(L.LightningDataModule):
         to_builtin(self.hparams)
         self.data_dir = Path(data_dir)
         self.source_dir = Path(source_dir) if source_dir else None
-        self.train_set: Dataset | None = None
+        self.train_set: datasets.VisionDataset | None = None
         self.split: tuple[torch.Tensor, torch.Tensor] | None = None
         self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.predict_set: ImageFiles | None = None
@@ -221,6 +230,7 @@ class VisionDataModule(L.LightningDataModule):
 
     def _memory_batches(self, stage: str) -> EpochBatches:
         if "train" not in self._tensors:
+            assert self.split is not None  # set by setup(), which every *_dataloader hook calls first
             self._tensors = loaders.device_splits(self.train_set, self.test_set, self.split, self._device())
         images, targets = self._tensors[stage]
         train = stage == "train"
@@ -259,6 +269,7 @@ class VisionDataModule(L.LightningDataModule):
         Raises:
             ConfigError: naming the sizes and the keys to change.
         """
+        assert self.split is not None  # set by setup()
         loaders.check_sizes(len(self.split[0]), self._world()[0], self.hparams.batch_size, self.hparams.val_size)
 
     def train_dataloader(self) -> Any:
@@ -269,12 +280,16 @@ class VisionDataModule(L.LightningDataModule):
         """
         self.setup("fit")
         self.check_sizes()
+        loader: EpochBatches | ResumableLoader
         if self.hparams.in_memory:
             loader = self._memory_batches("train")
         else:
+            assert self.train_set is not None and self.split is not None  # set by setup("fit") above
             subset = Subset(self.train_set, self.split[0].tolist())
-            loader = self._loader(subset, self._sampler(subset, True), drop_last=torch.backends.cudnn.benchmark,
-                                  train=True)  # fmt: skip
+            loader = cast(
+                ResumableLoader,  # what _loader gives with train=True
+                self._loader(subset, self._sampler(subset, True), drop_last=torch.backends.cudnn.benchmark, train=True),
+            )
         loader.trainer = self.trainer
         if self._resume_batches:  # a mid-epoch checkpoint: start where it stopped (see project.data.resume)
             loader.load_state_dict({"batches": self._resume_batches})
@@ -292,7 +307,12 @@ class VisionDataModule(L.LightningDataModule):
     def _eval_loader(self, stage: str) -> Any:
         if self.hparams.in_memory:
             return self._memory_batches(stage)
-        dataset = Subset(self.val_set, self.split[1].tolist()) if stage == "val" else self.test_set
+        dataset: Dataset
+        if stage == "val":
+            assert self.split is not None  # set by setup()
+            dataset = Subset(self.val_set, self.split[1].tolist())
+        else:
+            dataset = self.test_set
         return self._loader(dataset, self._sampler(dataset, False))
 
     def val_dataloader(self) -> Any:
@@ -302,6 +322,7 @@ class VisionDataModule(L.LightningDataModule):
             ConfigError: ``val_size`` is 0 (the best checkpoint is chosen by ``val/acc``).
         """
         self.setup("fit")
+        assert self.split is not None  # set by setup()
         if len(self.split[1]) == 0:
             raise ConfigError(
                 "data.val_size: 0 leaves no validation images, but the best checkpoint is chosen by val/acc; "

@@ -92,7 +92,8 @@ class ResumableState:
 class ResumableLoader(ResumableState, DataLoader):
     """A ``DataLoader`` (same arguments) over a :class:`ResumableSampler` that resumes mid-epoch exactly."""
 
-    def __iter__(self) -> Iterator[Any]:
+    # a generator, not DataLoader's _BaseDataLoaderIter: Lightning and torch only iterate it
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """The ``DataLoader``'s own iterator, created at the first ``next()`` (after Lightning's ``set_epoch``)."""
         self.begin_epoch()
         yield from super().__iter__()

@@ -31,8 +31,15 @@ def confusion_figure(confusion: torch.Tensor, labels: list[str] | None = None) -
     ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
     for i in range(n):
         for j in range(n):
-            ax.text(j, i, int(counts[i, j]), ha="center", va="center", fontsize=8,
-                    color="white" if rates[i, j] > 0.5 else "black")  # fmt: skip
+            ax.text(
+                j,
+                i,
+                str(int(counts[i, j])),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if rates[i, j] > 0.5 else "black",
+            )
     ax.set_xticks(range(n), labels, rotation=45, ha="right", fontsize=9)
     ax.set_yticks(range(n), labels, fontsize=9)
     ax.set_xlabel("predicted")
@@ -76,15 +83,38 @@ def misclassified_figure(wrong: list, mean: tuple, std: tuple, labels: list[str]
     ax = fig.add_axes((0, 0, 1, grid_h / (grid_h + 0.6)))
     ax.axis("off")
     img = canvas.permute(1, 2, 0).numpy()
-    ax.imshow(img.squeeze(-1) if channels == 1 else img, cmap="gray" if channels == 1 else None, vmin=0, vmax=1,
-              aspect="auto", interpolation="nearest")  # fmt: skip
+    ax.imshow(
+        img.squeeze(-1) if channels == 1 else img,
+        cmap="gray" if channels == 1 else None,
+        vmin=0,
+        vmax=1,
+        aspect="auto",
+        interpolation="nearest",
+    )
     for i in range(count):
         r, c = divmod(i, cols)
         title = f"{labels[int(true[i])]}\n-> {labels[int(pred[i])]}"
-        ax.text(c * (w + pad) + (w + pad) / 2 - 0.5, r * (band + h) + band - 1.5, title,
-                ha="center", va="bottom", fontsize=11)  # fmt: skip
+        ax.text(
+            c * (w + pad) + (w + pad) / 2 - 0.5,
+            r * (band + h) + band - 1.5,
+            title,
+            ha="center",
+            va="bottom",
+            fontsize=11,
+        )
     fig.suptitle("misclassified test images\n(true -> predicted)", fontsize=12, y=0.995, va="top")
     return fig
+
+
+class TestReport(L.Callback):
+    """Writes :func:`write_test_report` when testing ends (rank 0), before the Trainer closes its logger.
+
+    ``fit`` adds it for its own test; it is not a config key: no setting changes it, and ``evaluate`` (no logger)
+    has nowhere to write."""
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            write_test_report(trainer, pl_module)
 
 
 def write_test_report(trainer: L.Trainer, model: Any) -> None:

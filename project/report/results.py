@@ -13,7 +13,6 @@ The rest of what a run reports lives in one module per job, re-exported here (co
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -180,21 +179,19 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
     }
 
 
-def trial_hparams(run: Path | None) -> dict[str, Any]:
-    """A sweep trial's ``trial`` number and swept values (``params`` of the run's ``trial.json``, written by
-    ``python -m project.sweep``), so HPARAMS compares the trials of a sweep by what the sweep varied."""
-    try:
-        info = json.loads((run / "trial.json").read_text()) if run is not None else {}
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(info, dict) or "run" not in info:
-        return {}
-    swept = {k: v if isinstance(v, bool | int | float | str) else str(v) for k, v in info.get("params", {}).items()}
-    return {"trial": int(info["run"]), **swept}
+def callback_hparams(trainer: L.Trainer, run: Path) -> dict[str, Any]:
+    """The HPARAMS columns the run's callbacks add: each callback with an ``extra_hparams(run) -> dict`` method
+    (a sweep trial's ``project.sweep.ReportToStudy``: the trial number and the swept values) is asked."""
+    extra: dict[str, Any] = {}
+    for cb in trainer.callbacks:  # type: ignore[attr-defined]  # Lightning types Trainer.callbacks loosely
+        method = getattr(cb, "extra_hparams", None)
+        if callable(method):
+            extra |= method(run)
+    return extra
 
 
 def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None:
-    """Write the run's HPARAMS session (rank 0): :func:`hparams_of` (and a sweep trial's :func:`trial_hparams`) as
+    """Write the run's HPARAMS session (rank 0): :func:`hparams_of` (and :func:`callback_hparams`) as
     columns, :data:`HP_METRICS` as metric columns, into ``<run>/hparams/`` (:data:`HPARAMS_RUN`).
 
     TensorBoard's HParams plugin (``backend_context.Context.experiment_from_metadata``) takes the whole table's
@@ -220,7 +217,7 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
     folder.mkdir(exist_ok=True)
     for old in folder.glob("events.out.tfevents.*"):  # a resumed run's earlier session
         old.unlink()
-    params = hparams_of(trainer, model, results) | trial_hparams(folder.parent)
+    params = hparams_of(trainer, model, results) | callback_hparams(trainer, folder.parent)
     start = plugin_data_pb2.SessionStartInfo()
     for name, value in params.items():
         if isinstance(value, bool):
@@ -237,13 +234,15 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
 
     step = trainer.global_step
     writer = SummaryWriter(str(folder))
+    file_writer = writer.file_writer
+    assert file_writer is not None  # SummaryWriter opens it in __init__
     try:
-        writer.file_writer.add_summary(summary(metadata.SESSION_START_INFO_TAG, session_start_info=start), step)
+        file_writer.add_summary(summary(metadata.SESSION_START_INFO_TAG, session_start_info=start), step)
         for key, tag in HP_METRICS.items():
             if results.get(key) is not None:
                 writer.add_scalar(tag, float(results[key]), step)
         end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
-        writer.file_writer.add_summary(summary(metadata.SESSION_END_INFO_TAG, session_end_info=end), step)
+        file_writer.add_summary(summary(metadata.SESSION_END_INFO_TAG, session_end_info=end), step)
     finally:
         writer.close()
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ class RunTensorBoardLogger(_TensorBoardLogger):
         self.graph_done = False
 
     @rank_zero_only
-    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         metrics = {k: v for k, v in metrics.items() if k != "epoch"}
         if metrics:
             super().log_metrics(metrics=metrics, step=step)

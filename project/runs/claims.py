@@ -1,4 +1,8 @@
-"""TODO docstring."""
+"""New run folders, claimed atomically: an exclusive ``mkdir`` gives each process its own ``version_N``.
+
+A folder that holds a run (its ``config.yaml``) is never taken as a fresh run. The folders a command claimed are
+listed in the ``made`` list it passes (:class:`project.cli.parser.ProjectCLI` keeps one per command), so that
+:func:`release` removes those still empty when the command fails before using them."""
 
 from __future__ import annotations
 
@@ -10,11 +14,8 @@ from project.errors import ConfigError
 from project.runs.files import check_folder, check_no_links
 from project.runs.layout import holds_run, version_of
 
-# Run folders this process claimed and may still release (empty) when the command fails before using them.
-_claimed: list[Path] = []
 
-
-def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
+def claim_run(experiment: str | Path, version: int | str | None = None, made: list[Path] | None = None) -> Path:
     """Create and return a new run folder ``experiment/version_N``, atomically.
 
     ``N`` is one more than the highest version present (or ``version`` when given: an int names ``version_N``, a
@@ -25,14 +26,17 @@ def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
 
     Raises:
         ConfigError: the experiment folder cannot be created or written (naming it), or ``version`` holds a run.
+
+    ``made`` (when given) receives every folder created here, parents first, for :func:`release`.
     """
+    made = [] if made is None else made
     experiment = Path(experiment)
     missing = [experiment, *experiment.parents]
     missing = missing[: next(i for i, p in enumerate(missing) if p.exists())] if experiment.parents else []
     check_folder(experiment, "trainer.logger.init_args.save_dir", keep=True)
     try:
         experiment.mkdir(parents=True, exist_ok=True)
-        _claimed.extend(reversed(missing))  # released (when empty) after the run folder, deepest first
+        made.extend(reversed(missing))  # released (when empty) after the run folder, deepest first
     except OSError as e:
         raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {experiment} ({e.strerror})") from None
     if version is not None:
@@ -52,7 +56,7 @@ def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
             return run
         except OSError as e:
             raise ConfigError(f"trainer.logger.init_args.version: cannot create {run} ({e.strerror})") from None
-        _claimed.append(run)
+        made.append(run)
         return run
     taken = [version_of(p) for p in experiment.iterdir()] if experiment.is_dir() else []
     n = max((v for v in taken if v is not None), default=-1) + 1
@@ -70,15 +74,14 @@ def claim_run(experiment: str | Path, version: int | str | None = None) -> Path:
             if e.errno == errno.ENOSPC:
                 raise ConfigError(f"trainer.logger.init_args.save_dir: {experiment}: the disk is full") from None
             raise ConfigError(f"trainer.logger.init_args.save_dir: cannot create {run} ({e.strerror})") from None
-        _claimed.append(run)
+        made.append(run)
         return run
     raise ConfigError(f"trainer.logger.init_args.save_dir: no free version_N under {experiment}")
 
 
-def release_claimed() -> None:
-    """Remove the run folders this process claimed that are still empty (the command failed before using
-    them), and the parent folders it created for them. A folder with anything in it is kept; nothing is
-    removed recursively."""
-    while _claimed:
+def release(made: list[Path]) -> None:
+    """Remove the folders in ``made`` (filled by :func:`claim_run`) that are still empty, newest first: the command
+    failed before using them. A folder with anything in it is kept; nothing is removed recursively."""
+    while made:
         with contextlib.suppress(OSError):
-            _claimed.pop().rmdir()
+            made.pop().rmdir()

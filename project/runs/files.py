@@ -79,7 +79,7 @@ def check_no_links(run: Path) -> None:
                 )
 
 
-def inside(folder: str | Path, path: Any) -> bool:
+def inside(folder: str | Path | None, path: Any) -> bool:
     """Whether ``path`` (e.g. read from a checkpoint's state) names a regular file directly inside ``folder``.
 
     Lexical and on disk: ``..`` components, links (the file or any folder on the way) and other folders are

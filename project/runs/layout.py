@@ -41,6 +41,9 @@ from project.errors import ConfigError
 from project.runs.files import inside, write_json
 
 RESULTS = "results.json"
+# The config keys of the run callbacks (project.cli.parser.RUN_CALLBACKS) in a run's config.yaml: how a run is
+# watched (speed, learning rate, layout, metrics.csv, SLURM requeue), not what it computes.
+RUN_CALLBACK_KEYS = ("throughput", "lr_monitor", "tensorboard_layout", "metrics_csv", "slurm_requeue")
 
 
 _VERSION = re.compile(r"version_(\d+)")
@@ -56,7 +59,7 @@ def runs_of(experiment: Path) -> list[Path]:
     if not experiment.is_dir():
         return []
     found = [p for p in experiment.iterdir() if p.is_dir() and version_of(p) is not None]
-    return sorted(found, key=version_of)
+    return sorted(found, key=lambda p: version_of(p) or 0)
 
 
 def run_of_checkpoint(ckpt: Path) -> Path | None:

@@ -43,7 +43,6 @@ from project.errors import ConfigError, yaml_problem
 
 Metric = Literal["test_acc", "best_val_acc", "test_loss", "sparsity", "train_samples_per_s"]
 Sampler = Literal["grid", "random", "tpe"]
-METRICS, SAMPLERS = get_args(Metric), get_args(Sampler)
 
 # The distributions of ``space`` as YAML writes them (a plain list is a grid); functional syntax, since two keys
 # are the names of builtins
@@ -59,8 +58,10 @@ KIND_HELP = {
     "float": "float needs [low, high] numbers with low < high and an optional step > 0",
     "log_float": "log_float needs low > 0, [low, high] with low < high and no step",
 }
-DISTRIBUTIONS = ("a list (grid) or one of {categorical: [...]}, {int: [lo, hi]}, {float: [lo, hi]}, "
-                 "{log_float: [lo, hi]} (optional step)")  # fmt: skip
+DISTRIBUTIONS = (
+    "a list (grid) or one of {categorical: [...]}, {int: [lo, hi]}, {float: [lo, hi]}, "
+    "{log_float: [lo, hi]} (optional step)"
+)
 
 
 @dataclass
@@ -177,8 +178,15 @@ class Sweep:
         }
 
 
-WORDS = {int: "an integer", float: "a number", str: "a string", NoneType: "null", PositiveInt: "an integer > 0",
-         PositiveFloat: "a number > 0", NonNegativeInt: "an integer >= 0"}  # fmt: skip
+WORDS = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    NoneType: "null",
+    PositiveInt: "an integer > 0",
+    PositiveFloat: "a number > 0",
+    NonNegativeInt: "an integer >= 0",
+}
 
 
 def _allowed(hint: Any) -> str:

@@ -17,7 +17,7 @@ import optuna
 
 from project.runs import files, layout
 from project.summary import plots, tables
-from project.summary.tables import fmt
+from project.summary.collect import Run, fmt, group_runs
 
 
 def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
@@ -45,11 +45,11 @@ def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def as_run(row: dict[str, Any], sweep_name: str) -> tables.Run:
+def as_run(row: dict[str, Any], sweep_name: str) -> Run:
     """A trial as summarize's :class:`~project.summarize.Run`: its swept values and seed as the config, its
     trial number and state as the status (``trial 4: complete (retry of trial 0)``)."""
     retry = f" (retry of trial {row['retry_of']})" if row["retry_of"] is not None else ""
-    return tables.Run(
+    return Run(
         path=Path(row["run"] or "-"),
         experiment=sweep_name,
         results=row["results"] or None,
@@ -66,11 +66,12 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
     rows = collect(study, keys)
     trials = [as_run(r, sweep.name) for r in rows]
     complete = [run for run, r in zip(trials, rows) if r["state"] == "complete" and run.results is not None]
-    table, stats = "", {"groups": {}, "runs": []}
+    table = ""
+    stats: dict[str, Any] = {"groups": {}, "runs": []}
     if trials:
         table, stats = tables.summarize([folder], metrics, keys, found=trials, grouped=complete)
     points = []
-    for label, members in tables.group_runs(complete, keys).items():
+    for label, members in group_runs(complete, keys).items():
         st = stats["groups"][label]
         points.append(
             {

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import optuna
 from optuna.trial import TrialState
@@ -90,11 +90,18 @@ def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
         # each queued trial is taken by one worker only. GridSampler would choose points per worker and can give
         # two workers the same one (its documentation says so); a queued trial never asks the sampler.
         sampler = optuna.samplers.RandomSampler(seed=sweep.sampler_seed)
-    kwargs = {"study_name": sweep.name, "storage": storage, "sampler": sampler, "pruner": make_pruner(sweep.pruner)}
+    kwargs: dict[str, Any] = {
+        "study_name": sweep.name,
+        "storage": storage,
+        "sampler": sampler,
+        "pruner": make_pruner(sweep.pruner),
+    }
     identity = json.loads(json.dumps({**sweep.identity(), "base": ctx.base}))
     if create:
+        # Sweep.direction is the sweep file's objective.direction, which parsing limits to these two
+        direction = cast(Literal["maximize", "minimize"], sweep.direction)
         try:
-            study = optuna.create_study(direction=sweep.direction, load_if_exists=False, **kwargs)
+            study = optuna.create_study(direction=direction, load_if_exists=False, **kwargs)
         except optuna.exceptions.DuplicatedStudyError:
             pass
         else:

@@ -73,6 +73,19 @@ class ReportToStudy(L.Callback):
         # rank 0 only.
         self.run = Path(trainer.logger.log_dir) if trainer.logger is not None and trainer.logger.log_dir else None
 
+    def extra_hparams(self, run: Path) -> dict[str, Any]:
+        """HPARAMS columns for a trial's run (``project.report.results.callback_hparams`` asks): ``trial`` (its number)
+        and the swept values, from the run's ``trial.json``, so HPARAMS compares the trials of a sweep by what the
+        sweep varied. ``{}`` for a run without one (or an unreadable one)."""
+        try:
+            info = json.loads((run / TRIAL_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(info, dict) or "run" not in info or not isinstance(info.get("params", {}), dict):
+            return {}
+        swept = {k: v if isinstance(v, bool | int | float | str) else str(v) for k, v in info.get("params", {}).items()}
+        return {"trial": int(info["run"]), **swept}
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.active or trainer.sanity_checking:
             return
@@ -188,7 +201,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         files.write_json(run / TRIAL_FILE, info)
         raise TrialFailed(f"trial {trial.number}: fit exited with {returncode}: {error}")
     results = layout.read_results(run)
-    value = results.get(sweep.metric)
+    value: Any = results.get(sweep.metric)  # any JSON value; float() only once `finite` says it is a number
     finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     pruned = _read_json(run / PRUNED_FILE)
     if pruned.get("trial") == trial.number:
@@ -196,8 +209,10 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         files.write_json(run / TRIAL_FILE, info)
         raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned['epoch']}")
     if not finite:
-        error = (f"objective {sweep.metric} is {json.dumps(value)} in {run / layout.RESULTS}, not a finite number "
-                 "(see objective.metric in the sweep file)")  # fmt: skip
+        error = (
+            f"objective {sweep.metric} is {json.dumps(value)} in {run / layout.RESULTS}, not a finite number "
+            "(see objective.metric in the sweep file)"
+        )
         info.update(state="failed", error=error)
         files.write_json(run / TRIAL_FILE, info)
         raise TrialFailed(f"trial {trial.number}: {error}")

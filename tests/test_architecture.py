@@ -1,0 +1,126 @@
+"""The package's shape (docs/architecture.md): no import cycle, the root holds the verbs and a few single-job
+modules, package faces hold only the class paths configs name, and the class paths older runs name still run."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+
+import grimp
+import pytest
+import yaml
+from helpers import REPO, run_dirs, run_main, tiny_args
+
+ROOT_MODULES = {
+    "__init__",
+    "__main__",
+    # the verbs
+    "fit",
+    "evaluate",
+    "predict",
+    "export",
+    "summarize",
+    # the model and its nets
+    "module",
+    "nets",
+    # single-job modules
+    "adapters",
+    "checkpoints",
+    "errors",
+}
+FACES = {
+    "project.data": {"MNISTDataModule", "FashionMNISTDataModule", "CIFAR10DataModule", "VisionDataModule"},
+    "project.callbacks": {
+        "Pruning",
+        "ScheduledPruning",
+        "StructuredPruning",
+        "Throughput",
+        "StepLearningRateMonitor",
+        "CudnnFlags",
+        "RunCheckpoint",
+        "LocalAtomicCheckpointIO",
+    },
+    "project.report": {"RunTensorBoardLogger", "TensorBoardLayout", "EpochMetrics"},
+    "project.cluster": {"BoundDDPStrategy", "SlurmRequeue"},
+    "project.sweep": {"ReportToStudy"},
+}
+
+
+def test_no_import_cycle():
+    graph = grimp.build_graph("project")
+    cycles = sorted(
+        {
+            tuple(sorted((module, imported)))
+            for module in graph.modules
+            for imported in graph.find_modules_directly_imported_by(module)
+            if graph.chain_exists(importer=imported, imported=module)
+        }
+    )
+    assert cycles == []
+
+
+def test_the_root_holds_the_verbs_the_model_and_single_job_modules():
+    assert {p.stem for p in (REPO / "project").glob("*.py")} == ROOT_MODULES
+
+
+@pytest.mark.parametrize("face", sorted(FACES))
+def test_a_package_face_holds_only_the_classes_configs_name(face):
+    """A face is imports and ``__all__``: no definitions, no other names (no re-exports for code)."""
+    module = importlib.import_module(face)
+    tree = ast.parse(open(module.__file__).read())
+    kinds = {type(node).__name__ for node in tree.body[1:]}  # after the docstring
+    assert kinds <= {"ImportFrom", "Assign"}, kinds
+    assert set(module.__all__) == FACES[face]
+    assert all(isinstance(getattr(module, name), type) for name in module.__all__)
+
+
+def test_every_face_name_and_every_shipped_config_class_path_imports():
+    """Every class path in configs/ resolves (a moved class would leave a config naming a missing path)."""
+    paths = set()
+
+    def walk(tree):
+        if isinstance(tree, dict):
+            for key, value in tree.items():
+                if key == "class_path" and isinstance(value, str) and value.startswith("project."):
+                    paths.add(value)
+                walk(value)
+        elif isinstance(tree, list):
+            for item in tree:
+                walk(item)
+
+    for config in (REPO / "configs").rglob("*.yaml"):
+        walk(yaml.safe_load(config.read_text()))
+    paths |= {f"{face}.{name}" for face, names in FACES.items() for name in names}
+    for path in sorted(paths):
+        module, _, name = path.rpartition(".")
+        assert isinstance(getattr(importlib.import_module(module), name), type), path
+
+
+def test_a_run_written_with_the_old_class_paths_still_runs(tiny_mnist, tmp_path, monkeypatch, capsys):
+    """A run folder from before the subpackages names project.slim.StructuredPruning, project.epoch_metrics...:
+    ``fit --config`` of its config.yaml trains again, and evaluate rebuilds the run from it."""
+    from project import evaluate
+    from project.cli.checks import MOVED_CLASS_PATHS
+
+    monkeypatch.chdir(tmp_path)
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--config", str(REPO / "configs" / "slim.yaml"))) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    text = (run / "config.yaml").read_text()
+    new_to_old = {
+        "project.callbacks.StructuredPruning": "project.slim.StructuredPruning",
+        "project.report.EpochMetrics": "project.epoch_metrics.EpochMetrics",
+        "project.report.RunTensorBoardLogger": "project.run_logger.RunTensorBoardLogger",
+    }
+    for new, old in new_to_old.items():
+        assert new in text and MOVED_CLASS_PATHS[old] == new
+        text = text.replace(new, old)
+    (run / "config.yaml").write_text(text)
+    capsys.readouterr()
+    assert evaluate.main([str(run), "--ckpt", "last"]) == 0
+    assert json.loads((run / "eval-last-test.json").read_text())["samples"] > 0
+    old = tmp_path / "old.yaml"
+    old.write_text(text)
+    assert run_main(["--config", str(old), *tiny_args(tiny_mnist, tmp_path / "again")]) == 0
+    (again,) = run_dirs(tmp_path / "again")
+    assert "project.callbacks.StructuredPruning" in (again / "config.yaml").read_text()
