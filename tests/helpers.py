@@ -13,7 +13,9 @@ from pathlib import Path
 
 import lightning as L
 import optuna
+import pytest
 import torch
+import yaml
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -172,3 +174,96 @@ class ProcessTree(Callback):
         grandparent = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
         tree = {"pid": os.getpid(), "parent": parent, "grandparent": grandparent}
         (Path(trainer.logger.log_dir) / "process.json").write_text(json.dumps(tree))
+
+
+def tensorboard_hparams(run) -> dict:
+    """The hyper-parameters as TensorBoard's HPARAMS tab reads them from the run's event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    acc = EventAccumulator(str(run / "hparams")).Reload()
+    out = {}
+    for content in acc.PluginTagToContent("hparams").values():
+        data = HParamsPluginData.FromString(content)
+        if data.HasField("session_start_info"):
+            for k, v in data.session_start_info.hparams.items():
+                out[k] = v.string_value or v.number_value or v.bool_value
+    return out
+
+
+ONECYCLE = ["--model.lr_scheduler", "torch.optim.lr_scheduler.OneCycleLR", "--model.lr_scheduler.max_lr", "0.05"]
+SMOKE = REPO / "configs/sweeps/smoke.yaml"
+
+
+def write_sweep(folder: Path, name: str = "smoke", **changes) -> Path:
+    spec = yaml.safe_load(SMOKE.read_text()) | {"name": name} | changes
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def run_sweep(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+    cmd = [sys.executable, "-m", "project.sweep", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def study_of(name: str, storage: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+# -- every switch and overlay, alone and together ---------------------------------------------------------------
+SWITCHES = {
+    "bf16-mixed": (["--trainer.precision", "bf16-mixed"], {"precision": "bf16-mixed"}),
+    "16-mixed": (["--trainer.precision", "16-mixed"], {"requested_precision": "16-mixed"}),
+    "bf16-true": (["--trainer.precision", "bf16-true"], {"precision": "bf16-true"}),  # the graph's input cast
+    "64-true": (["--trainer.precision", "64-true"], {"precision": "64-true"}),
+    "amp overlay": (["--config", str(REPO / "configs/amp.yaml")], {"requested_precision": "16-mixed"}),
+    "benchmark": (["--trainer.benchmark", "true"], {"cudnn_benchmark": True}),
+    "deterministic": (["--trainer.deterministic", "true"], {"deterministic": True}),
+    "cudnn off": (["--cudnn.enabled", "false"], {"cudnn_enabled": False}),
+    "channels_last + summary": (
+        ["--model.channels_last", "true", "--trainer.enable_model_summary", "true"],
+        {"channels_last": True},
+    ),
+    "in_memory": (["--data.in_memory", "true"], {"in_memory": True}),
+    "pruning overlay": (
+        ["--config", str(REPO / "configs/pruning.yaml"), "--trainer.max_epochs", "2"],
+        {"sparsity": pytest.approx(0.5, abs=1e-3)},
+    ),
+    "all together": (
+        [
+            "--config",
+            str(REPO / "configs/pruning.yaml"),
+            "--trainer.max_epochs",
+            "2",
+            "--data.in_memory",
+            "true",
+            "--model.channels_last",
+            "true",
+            "--trainer.precision",
+            "bf16-mixed",
+            "--trainer.benchmark",
+            "true",
+            "--cudnn.enabled",
+            "false",
+            "--trainer.enable_model_summary",
+            "true",
+        ],
+        {"in_memory": True, "channels_last": True, "precision": "bf16-mixed", "sparsity": pytest.approx(0.5, abs=1e-3)},
+    ),
+    # Trainer flags a user reaches for when debugging and profiling
+    "overfit_batches": (["--trainer.overfit_batches", "2"], {"global_step": 2}),
+    "profiler": (["--trainer.profiler", "simple"], {}),
+    "detect_anomaly": (["--trainer.detect_anomaly", "true"], {}),
+    "accumulate": (["--trainer.accumulate_grad_batches", "2"], {"global_step": 5}),
+    "gradient_clip": (["--trainer.gradient_clip_val", "0.5"], {}),
+    "no sanity check": (["--trainer.num_sanity_val_steps", "0"], {}),
+    "no checkpointing": (
+        ["--trainer.enable_checkpointing", "false"],
+        {"best_ckpt": None, "last_ckpt": None, "test_ckpt": "final weights"},
+    ),
+    "val every 2nd epoch": (["--trainer.check_val_every_n_epoch", "2", "--trainer.max_epochs", "2"], {"epochs": 2}),
+    "log every step": (["--trainer.log_every_n_steps", "1"], {}),
+    "one-cycle": (ONECYCLE, {"global_step": 10}),
+}

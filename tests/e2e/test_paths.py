@@ -13,7 +13,7 @@ import fsspec
 import lightning as L
 import pytest
 import torch
-from helpers import REPO, results, run_dirs, run_main, tiny_args
+from helpers import ONECYCLE, REPO, SWITCHES, results, run_dirs, run_main, tiny_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from project.callbacks.pruning import Pruning
@@ -22,8 +22,6 @@ from project.module import ImageClassifier
 from project.nets import LeNet
 from project.runs.layout import snapshot
 
-ONECYCLE = ["--model.lr_scheduler", "torch.optim.lr_scheduler.OneCycleLR", "--model.lr_scheduler.max_lr", "0.05"]
-
 
 def error_lines(capsys) -> list[str]:
     return [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
@@ -31,63 +29,6 @@ def error_lines(capsys) -> list[str]:
 
 def files_and_bytes(run) -> dict:
     return {p: (t, p.read_bytes()) for p, t in snapshot(run).items()}
-
-
-# -- every switch and overlay, alone and together ---------------------------------------------------------------
-SWITCHES = {
-    "bf16-mixed": (["--trainer.precision", "bf16-mixed"], {"precision": "bf16-mixed"}),
-    "16-mixed": (["--trainer.precision", "16-mixed"], {"requested_precision": "16-mixed"}),
-    "bf16-true": (["--trainer.precision", "bf16-true"], {"precision": "bf16-true"}),  # the graph's input cast
-    "64-true": (["--trainer.precision", "64-true"], {"precision": "64-true"}),
-    "amp overlay": (["--config", str(REPO / "configs/amp.yaml")], {"requested_precision": "16-mixed"}),
-    "benchmark": (["--trainer.benchmark", "true"], {"cudnn_benchmark": True}),
-    "deterministic": (["--trainer.deterministic", "true"], {"deterministic": True}),
-    "cudnn off": (["--cudnn.enabled", "false"], {"cudnn_enabled": False}),
-    "channels_last + summary": (
-        ["--model.channels_last", "true", "--trainer.enable_model_summary", "true"],
-        {"channels_last": True},
-    ),
-    "in_memory": (["--data.in_memory", "true"], {"in_memory": True}),
-    "pruning overlay": (
-        ["--config", str(REPO / "configs/pruning.yaml"), "--trainer.max_epochs", "2"],
-        {"sparsity": pytest.approx(0.5, abs=1e-3)},
-    ),
-    "all together": (
-        [
-            "--config",
-            str(REPO / "configs/pruning.yaml"),
-            "--trainer.max_epochs",
-            "2",
-            "--data.in_memory",
-            "true",
-            "--model.channels_last",
-            "true",
-            "--trainer.precision",
-            "bf16-mixed",
-            "--trainer.benchmark",
-            "true",
-            "--cudnn.enabled",
-            "false",
-            "--trainer.enable_model_summary",
-            "true",
-        ],
-        {"in_memory": True, "channels_last": True, "precision": "bf16-mixed", "sparsity": pytest.approx(0.5, abs=1e-3)},
-    ),
-    # Trainer flags a user reaches for when debugging and profiling
-    "overfit_batches": (["--trainer.overfit_batches", "2"], {"global_step": 2}),
-    "profiler": (["--trainer.profiler", "simple"], {}),
-    "detect_anomaly": (["--trainer.detect_anomaly", "true"], {}),
-    "accumulate": (["--trainer.accumulate_grad_batches", "2"], {"global_step": 5}),
-    "gradient_clip": (["--trainer.gradient_clip_val", "0.5"], {}),
-    "no sanity check": (["--trainer.num_sanity_val_steps", "0"], {}),
-    "no checkpointing": (
-        ["--trainer.enable_checkpointing", "false"],
-        {"best_ckpt": None, "last_ckpt": None, "test_ckpt": "final weights"},
-    ),
-    "val every 2nd epoch": (["--trainer.check_val_every_n_epoch", "2", "--trainer.max_epochs", "2"], {"epochs": 2}),
-    "log every step": (["--trainer.log_every_n_steps", "1"], {}),
-    "one-cycle": (ONECYCLE, {"global_step": 10}),
-}
 
 
 @pytest.mark.parametrize("name", list(SWITCHES))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from helpers import LinearModel, linear_data, results, run_dirs, run_main, tiny_args
+from helpers import LinearModel, linear_data, results, run_dirs, run_main, tensorboard_hparams, tiny_args
 from torch import nn
 
 from project.callbacks.pruning import Pruning, sparsity
@@ -45,21 +45,6 @@ def test_16_mixed_on_cpu_runs_as_bf16_and_says_so(tiny_mnist, tmp_path, monkeypa
     assert len(warnings) == 1
     (run,) = run_dirs(tmp_path / "logs")
     assert tensorboard_hparams(run)["precision"] == "bf16-mixed"
-
-
-def tensorboard_hparams(run) -> dict:
-    """The hyper-parameters as TensorBoard's HPARAMS tab reads them from the run's event files."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
-
-    acc = EventAccumulator(str(run / "hparams")).Reload()
-    out = {}
-    for content in acc.PluginTagToContent("hparams").values():
-        data = HParamsPluginData.FromString(content)
-        if data.HasField("session_start_info"):
-            for k, v in data.session_start_info.hparams.items():
-                out[k] = v.string_value or v.number_value or v.bool_value
-    return out
 
 
 def test_channels_last_reaches_the_batches(tiny_mnist, tmp_path, monkeypatch):

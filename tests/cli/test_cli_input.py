@@ -20,10 +20,9 @@ import optuna
 import pytest
 import torch
 import yaml
-from helpers import REPO, LinearModel, descendants, linear_data, results, run_dirs, run_main, tiny_args
+from helpers import REPO, SWITCHES, LinearModel, descendants, linear_data, results, run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import Callback
 from sqlalchemy.engine import make_url
-from test_paths import SWITCHES
 
 import project.cli.parser
 from project.callbacks.pruning import Pruning

@@ -10,13 +10,10 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import optuna
 import pytest
-import yaml
-from helpers import REPO, pruned_at_once
-from test_callbacks import tensorboard_hparams
+from helpers import REPO, SMOKE, pruned_at_once, run_sweep, study_of, tensorboard_hparams, write_sweep
 
 from project import summarize
 from project.errors import ConfigError
@@ -25,26 +22,8 @@ from project.sweep import file as sweep_file
 from project.sweep import report as sweep_report
 from project.sweep import study as sweep_study
 
-SMOKE = REPO / "configs/sweeps/smoke.yaml"
 POSTGRES = os.environ.get("PROJECT_TEST_POSTGRES_URL")
 POINTS = {(lr, seed) for lr in (0.01, 0.05) for seed in (1, 2)}
-
-
-def write_sweep(folder: Path, name: str = "smoke", **changes) -> Path:
-    spec = yaml.safe_load(SMOKE.read_text()) | {"name": name} | changes
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def run_sweep(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
-    cmd = [sys.executable, "-m", "project.sweep", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def study_of(name: str, storage: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=storage)
 
 
 def finished_points(study: optuna.Study) -> list[tuple[float, int]]:

@@ -11,8 +11,7 @@ import sys
 
 import optuna
 import pytest
-from helpers import REPO, pruned_at_once
-from test_sweep import run_sweep, study_of, write_sweep
+from helpers import REPO, pruned_at_once, run_sweep, study_of, write_sweep
 
 from project.sweep import study as sweep_study
 
