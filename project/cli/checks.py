@@ -1,4 +1,10 @@
-"""TODO docstring."""
+"""The config checks a type cannot express, one function each, run on the parsed config before anything is built
+or written (:meth:`project.cli.parser.ProjectCLI.prepare_config`).
+
+Each takes the parsed config (a jsonargparse Namespace) and raises :class:`~project.errors.ConfigError` with one line
+naming the key and the fix, or settles what the config leaves open (``settle_*``: ``auto_precision``, the logger).
+:data:`CHECKS` lists them in the order they run. Also here: reading config files before jsonargparse does (a YAML
+error names the file, line and column) and the class paths of older runs (:data:`MOVED_CLASS_PATHS`)."""
 
 from __future__ import annotations
 
@@ -10,9 +16,12 @@ from typing import Any
 
 import torch
 import yaml
+from lightning.fabric.plugins import CheckpointIO
+from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters
 from project.errors import ConfigError, yaml_problem
+from project.runs import files
 
 # Trainer settings Lightning uses without checking them first: these values crashed deep in a loop
 # (ZeroDivisionError, IndexError), were reported against another key, or trained with a meaningless setting.
@@ -117,3 +126,144 @@ def fastest_precision(accelerator: Any) -> str:
     if torch.cuda.is_available() and ("auto" in name or "gpu" in name or "cuda" in name):
         return "16-mixed"
     return "bf16-mixed" if adapters.cpu_has_native_bf16() else "32-true"
+
+
+# The project's TensorBoard logger, and Lightning's, which runs as it (same arguments and files).
+PROJECT_LOGGER = "project.report.RunTensorBoardLogger"
+LIGHTNING_TENSORBOARD = (
+    "lightning.pytorch.loggers.TensorBoardLogger",
+    "lightning.pytorch.loggers.tensorboard.TensorBoardLogger",
+)
+
+
+def check_benchmark_vs_deterministic(cfg: Any) -> None:
+    """``trainer.deterministic: true`` with ``trainer.benchmark: true`` is refused."""
+    if cfg.trainer.deterministic is True and cfg.trainer.benchmark:
+        raise ConfigError(
+            "trainer.deterministic: true and trainer.benchmark: true conflict (cudnn.benchmark picks "
+            "kernels by timing them, which is not deterministic); set one of them to false"
+        )
+
+
+def settle_auto_precision(cfg: Any) -> None:
+    """``auto_precision: true`` with no ``trainer.precision``: :func:`fastest_precision` of the accelerator."""
+    if cfg.auto_precision and cfg.trainer.precision is None:
+        cfg.trainer.precision = fastest_precision(cfg.trainer.accelerator)
+
+
+def settle_logger(cfg: Any) -> None:
+    """Lightning's TensorBoardLogger (the shorthand ``--trainer.logger TensorBoardLogger`` or its class path) runs as
+    the project's drop-in subclass; with ``model.compile`` no graph is logged (TensorBoard's graph is a
+    ``torch.jit.trace``, which cannot trace a ``torch.compile``'d forward)."""
+    for item in _as_list(cfg.trainer.logger):
+        if getattr(item, "class_path", None) in LIGHTNING_TENSORBOARD:
+            item.class_path = PROJECT_LOGGER
+    logger = cfg.trainer.logger
+    if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
+        logger.init_args.log_graph = False
+
+
+def check_checkpoint_io(cfg: Any) -> None:
+    """``trainer.plugins`` keeps a ``CheckpointIO`` (checkpoints written whole)."""
+    if not any(_names_subclass(p, CheckpointIO) for p in _as_list(cfg.trainer.get("plugins"))):
+        raise ConfigError(
+            "trainer.plugins: no CheckpointIO; checkpoints are written whole (temporary file, then rename) by "
+            "project.callbacks.LocalAtomicCheckpointIO: keep it in the list (add plugins with "
+            "--trainer.plugins+=CLASS) or give your own CheckpointIO"
+        )
+
+
+def check_one_metrics_csv(cfg: Any) -> None:
+    """Lightning's ``CSVLogger`` and the ``metrics_csv`` callback would both write ``metrics.csv``."""
+    loggers = _as_list(cfg.trainer.logger)
+    if cfg.get("metrics_csv") is not None and any(_names_subclass(lg, CSVLogger) for lg in loggers):
+        raise ConfigError(
+            "trainer.logger: Lightning's CSVLogger writes metrics.csv into the run folder, as the run's "
+            "metrics_csv callback does; keep one of them (--metrics_csv null, or the TensorBoard logger)"
+        )
+
+
+def check_throughput_kept(cfg: Any) -> None:
+    """``throughput`` measures ``results.json``'s speed: it may change, not go."""
+    if cfg.get("throughput") is None:
+        raise ConfigError(
+            "throughput: null removes the callback that measures results.json's train_samples_per_s and "
+            "epoch_time_s; keep it or change it (its options: --throughput.help project.callbacks.Throughput)"
+        )
+
+
+def check_not_barebones(cfg: Any) -> None:
+    """``trainer.barebones`` turns off ``self.log``, which fit's results are read from."""
+    if cfg.trainer.barebones:
+        raise ConfigError(
+            "trainer.barebones: true turns off self.log, the metrics fit reports (test acc, results.json) are "
+            "read from; for a quiet run use --trainer.enable_progress_bar false --trainer.enable_model_summary "
+            "false, and python -m benchmarks.bench to time raw training steps"
+        )
+
+
+def check_trains_something(cfg: Any) -> None:
+    """``limit_train_batches``, ``max_epochs`` or ``max_steps`` of 0 trains nothing."""
+    for key in ("limit_train_batches", "max_epochs", "max_steps"):
+        if cfg.trainer.get(key) == 0:
+            raise ConfigError(f"trainer.{key}: 0 trains nothing; use a positive number")
+
+
+def check_resume_keeps_checkpointing(cfg: Any) -> None:
+    """A resume with checkpointing off would leave old checkpoints beside newer results."""
+    if cfg.ckpt_path is not None and cfg.trainer.enable_checkpointing is False:
+        raise ConfigError(
+            "trainer.enable_checkpointing: false with ckpt_path: the resumed run would keep its old checkpoints "
+            "beside newer results; resume with checkpointing on"
+        )
+
+
+def check_trainer_ranges(cfg: Any) -> None:
+    """The Trainer settings of :data:`TRAINER_RANGES` are in range."""
+    for key, (ok, allowed) in TRAINER_RANGES.items():
+        value = cfg.trainer.get(key)
+        if value is not None and not isinstance(value, bool) and not ok(value):
+            raise ConfigError(f"trainer.{key}: {value!r} is out of range; use {allowed}")
+
+
+def check_data_dir(cfg: Any) -> None:
+    """``data.data_dir`` is a folder that can be read (and created)."""
+    data_args = getattr(cfg.data, "init_args", None)
+    if data_args is not None and data_args.get("data_dir") is not None:
+        files.check_folder(data_args.data_dir, "data.data_dir", write=False)
+
+
+def check_source_dir(cfg: Any) -> None:
+    """fit: ``data.source_dir``, when given, is a folder, even when ``data_dir`` holds the data already (a mistyped
+    folder should not pass unnoticed; the run-folder commands rebuild runs whose archives may be gone)."""
+    data_args = getattr(cfg.data, "init_args", None)
+    source = data_args.get("source_dir") if data_args is not None else None
+    if source is not None and not Path(source).is_dir():
+        raise ConfigError(f"data.source_dir: {source} is not a folder; give the folder holding the archives")
+
+
+def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
+    """A callback in ``trainer.callbacks`` of the class a run callback key (``lr_monitor``, ...) stands for would log
+    the same tags or write the same files twice. ``twins``: run callback key -> that class."""
+    extra = _as_list(cfg.trainer.get("callbacks"))
+    for key, same in twins.items():
+        twin = next((c for c in extra if _names_subclass(c, same)), None)
+        if twin is not None and cfg.get(key) is not None:
+            raise ConfigError(
+                f"trainer.callbacks: {twin.class_path} does what the run's {key} callback does (the same tags or "
+                f"files twice); keep one: drop it from trainer.callbacks, or --{key} null"
+            )
+
+
+# Every command's checks, in the order they run (then check_no_twins, check_trainer_ranges and the data folders).
+CHECKS: tuple[Callable[[Any], None], ...] = (
+    check_benchmark_vs_deterministic,
+    settle_auto_precision,
+    settle_logger,
+    check_checkpoint_io,
+    check_one_metrics_csv,
+    check_throughput_kept,
+    check_not_barebones,
+    check_trains_something,
+    check_resume_keeps_checkpointing,
+)

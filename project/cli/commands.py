@@ -32,11 +32,15 @@ from project import checkpoints
 from project.cli.entry import exit_with, quiet_library_banners, run_main
 from project.cli.parser import ProjectCLI
 from project.errors import ConfigError
-from project.runs import layout
+from project.runs import layout, read, trust
 
 # The run's own settings that a rebuilt experiment must not take over: it writes no run folder and resumes nothing.
 REBUILD = [
     "--trainer.logger",
+    "false",
+    "--trainer.profiler",
+    "null",
+    "--data.init_args.download",
     "false",
     "--ckpt_path",
     "null",
@@ -91,6 +95,13 @@ class Command:
             "(its newest run) or checkpoint inside a run",
         )
         parser.add_argument("--ckpt", type=str, default="best", help="best (default), last, or a checkpoint file")
+        parser.add_argument(
+            "--trust_config",
+            type=bool,
+            default=False,
+            help="let the run's config name classes outside project, lightning, torch, torchvision and torchmetrics "
+            "(importing them can run code: only for run folders you trust)",
+        )
         self.add_arguments(parser)
 
 
@@ -185,7 +196,8 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
 
     No logger and no resume, so nothing is written into the run by rebuilding it; ``args`` are ordinary CLI
     arguments after the config (a command's positionals and options, overrides such as ``--data.data_dir``,
-    ``--trainer.accelerator cpu``). The config may name any importable class: it is code, load only runs you trust.
+    ``--trainer.accelerator cpu``). The config is read as data first: an import path outside the trusted packages is
+    refused (:func:`project.runs.trust.check_import_paths`) unless ``--trust_config true``; no profiler, no download.
 
     Raises:
         ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
@@ -194,6 +206,8 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     if command is not None:
         check_command_line(command, args)
         check_run_config(command, config)
+        if not trusts_config(args):
+            trust.check_import_paths(read_config(config), str(config))
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
     return ProjectCLI(
@@ -202,6 +216,26 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
         command_options=options,
         usage=command.usage if command is not None else None,
     )
+
+
+def trusts_config(args: list[str]) -> bool:
+    """Whether the command line says ``--trust_config true`` (the last one given wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == "--trust_config" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--trust_config="):
+            value = arg.split("=", 1)[1]
+    return str(value).lower() in ("true", "yes", "1")
+
+
+def read_config(config: Path) -> Any:
+    """A run's config as data (YAML's safe loader, nothing imported); ``None`` when unreadable (the parser then
+    names the problem with the file, line and column)."""
+    try:
+        return yaml.safe_load(config.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
 
 
 def check_command_line(command: Command, args: list[str]) -> None:
@@ -226,11 +260,10 @@ def check_run_config(command: Command, config: Path) -> None:
 
     Raises:
         ConfigError: naming the file and the key.
+        UnreadableFile: the config cannot be read as data (:func:`project.runs.read.read_yaml`: a regular file of
+            at most 4 MiB, UTF-8, valid YAML, bounded as a tree), refused before the parser reads it.
     """
-    try:
-        keys = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError):
-        return  # the parser reports an unreadable config with the file, line and column
+    keys = read.read_yaml(config, what="a run's config")
     clash = sorted(set(keys) & command.option_names()) if isinstance(keys, dict) else []
     if clash:
         raise ConfigError(

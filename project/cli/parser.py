@@ -18,27 +18,17 @@ from typing import Any
 
 import lightning as L
 from jsonargparse import ArgumentError
-from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters, checkpoints
 from project.callbacks.checkpoint import RunCheckpoint
 from project.callbacks.pruning import Pruning
 from project.callbacks.training import CudnnFlags, Throughput
-from project.cli.checks import (
-    TRAINER_RANGES,
-    _as_list,
-    _names_subclass,
-    check_config_files,
-    fastest_precision,
-    upgrade_class_paths,
-)
+from project.cli import checks
 from project.cli.parse_errors import ParseError
 from project.cluster import ddp, slurm
 from project.data.base import VisionDataModule
-from project.errors import ConfigError
 from project.module import ImageClassifier
 from project.report.epoch_metrics import EpochMetrics
 from project.report.results import TensorBoardLayout
@@ -48,15 +38,9 @@ log = logging.getLogger("project")
 
 
 DEFAULT_LOGGER = {
-    "class_path": "project.report.RunTensorBoardLogger",
+    "class_path": checks.PROJECT_LOGGER,
     "init_args": {"save_dir": "logs", "name": "mnist", "default_hp_metric": False, "log_graph": True},
 }
-
-
-LIGHTNING_TENSORBOARD = (
-    "lightning.pytorch.loggers.TensorBoardLogger",
-    "lightning.pytorch.loggers.tensorboard.TensorBoardLogger",
-)
 
 
 DEFAULT_DATA = {"class_path": "project.data.MNISTDataModule"}
@@ -185,9 +169,9 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         # whole command line: the host program's own sys.argv is none of the experiment's business, and Lightning
         # warns when it sees both.
         given = sys.argv[1:] if args is None else args
-        check_config_files(given)
+        checks.check_config_files(given)
         if isinstance(given, list | tuple):
-            args = upgrade_class_paths(list(given))  # configs of runs from before the package's subpackages
+            args = checks.upgrade_class_paths(list(given))  # configs of runs from before the package's subpackages
         argv = sys.argv
         if args is not None:
             sys.argv = argv[:1]
@@ -256,74 +240,15 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             ConfigError: one line naming the key and the fix.
         """
         cfg = self.config
-        if cfg.trainer.deterministic is True and cfg.trainer.benchmark:
-            raise ConfigError(
-                "trainer.deterministic: true and trainer.benchmark: true conflict (cudnn.benchmark picks "
-                "kernels by timing them, which is not deterministic); set one of them to false"
-            )
-        if cfg.auto_precision and cfg.trainer.precision is None:
-            cfg.trainer.precision = fastest_precision(cfg.trainer.accelerator)
-        for item in _as_list(cfg.trainer.logger):
-            # Lightning's TensorBoardLogger (its shorthand `--trainer.logger TensorBoardLogger` or its class path)
-            # runs as the project's drop-in subclass: same arguments and files, the project's TensorBoard fixes.
-            if getattr(item, "class_path", None) in LIGHTNING_TENSORBOARD:
-                item.class_path = DEFAULT_LOGGER["class_path"]
-        logger = cfg.trainer.logger
-        if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
-            # TensorBoard's graph is a torch.jit.trace, which cannot trace a torch.compile'd forward.
-            logger.init_args.log_graph = False
-        if not any(_names_subclass(p, CheckpointIO) for p in _as_list(cfg.trainer.get("plugins"))):
-            raise ConfigError(
-                "trainer.plugins: no CheckpointIO; checkpoints are written whole (temporary file, then rename) by "
-                "project.callbacks.LocalAtomicCheckpointIO: keep it in the list (add plugins with "
-                "--trainer.plugins+=CLASS) or give your own CheckpointIO"
-            )
-        if cfg.get("metrics_csv") is not None and any(_names_subclass(lg, CSVLogger) for lg in _as_list(logger)):
-            raise ConfigError(
-                "trainer.logger: Lightning's CSVLogger writes metrics.csv into the run folder, as the run's "
-                "metrics_csv callback does; keep one of them (--metrics_csv null, or the TensorBoard logger)"
-            )
-        if cfg.get("throughput") is None:
-            raise ConfigError(
-                "throughput: null removes the callback that measures results.json's train_samples_per_s and "
-                "epoch_time_s; keep it or change it (its options: --throughput.help project.callbacks.Throughput)"
-            )
-        if cfg.trainer.barebones:
-            raise ConfigError(
-                "trainer.barebones: true turns off self.log, the metrics fit reports (test acc, results.json) are "
-                "read from; for a quiet run use --trainer.enable_progress_bar false --trainer.enable_model_summary "
-                "false, and python -m benchmarks.bench to time raw training steps"
-            )
-        for key in ("limit_train_batches", "max_epochs", "max_steps"):
-            if cfg.trainer.get(key) == 0:
-                raise ConfigError(f"trainer.{key}: 0 trains nothing; use a positive number")
-        if cfg.ckpt_path is not None and cfg.trainer.enable_checkpointing is False:
-            raise ConfigError(
-                "trainer.enable_checkpointing: false with ckpt_path: the resumed run would keep its old checkpoints "
-                "beside newer results; resume with checkpointing on"
-            )
-        extra = _as_list(cfg.trainer.get("callbacks"))
-        for key, (_, _, same) in RUN_CALLBACKS.items():
-            twin = next((c for c in extra if _names_subclass(c, same)), None)
-            if twin is not None and cfg.get(key) is not None:
-                raise ConfigError(
-                    f"trainer.callbacks: {twin.class_path} does what the run's {key} callback does (the same tags or "
-                    f"files twice); keep one: drop it from trainer.callbacks, or --{key} null"
-                )
-        for key, (ok, allowed) in TRAINER_RANGES.items():
-            value = cfg.trainer.get(key)
-            if value is not None and not isinstance(value, bool) and not ok(value):
-                raise ConfigError(f"trainer.{key}: {value!r} is out of range; use {allowed}")
+        for check in checks.CHECKS:
+            check(cfg)
+        checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
+        checks.check_trainer_ranges(cfg)
         slurm.prepare(cfg)  # under SLURM: a requeued job resumes its own run
 
-        data_args = getattr(cfg.data, "init_args", None)
-        if data_args is not None and data_args.get("data_dir") is not None:
-            files.check_folder(data_args.data_dir, "data.data_dir", write=False)
-        source = data_args.get("source_dir") if data_args is not None else None
-        if source is not None and self.command_options is None and not Path(source).is_dir():
-            # refused even when data_dir already holds the data and the archives would not be read: a mistyped
-            # folder should not pass unnoticed (the run-folder commands rebuild a run whose archives may be gone)
-            raise ConfigError(f"data.source_dir: {source} is not a folder; give the folder holding the archives")
+        checks.check_data_dir(cfg)
+        if self.command_options is None:  # fit
+            checks.check_source_dir(cfg)
         if cfg.ckpt_path is not None:
             cfg.ckpt_path = str(resume.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
             checkpoints.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front

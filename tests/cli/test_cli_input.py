@@ -24,7 +24,7 @@ from helpers import REPO, SWITCHES, LinearModel, descendants, linear_data, resul
 from lightning.pytorch.callbacks import Callback
 from sqlalchemy.engine import make_url
 
-import project.cli.parser
+import project.cli.checks
 from project.callbacks.pruning import Pruning
 from project.cli.parser import ProjectCLI
 from project.report import RunTensorBoardLogger
@@ -177,7 +177,7 @@ def test_tuned_config_with_trainer_flags_under_each_auto_precision(
     auto_precision would run it on a CUDA GPU (16-mixed; bf16-mixed on a CPU), a CPU with native bf16
     (bf16-mixed) and any other CPU (32-true)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(project.cli.parser, "fastest_precision", lambda accelerator: picked)
+    monkeypatch.setattr(project.cli.checks, "fastest_precision", lambda accelerator: picked)
     args = [
         "--config",
         str(REPO / "configs/mnist.yaml"),
@@ -358,7 +358,7 @@ def listening(pids: set[int]) -> list[str]:
 def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
     hold = tmp_path / "hold"
     hold.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "HOLD_DIR": str(hold)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent)]), "HOLD_DIR": str(hold)}
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     cmd = [
@@ -383,7 +383,7 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
         "2",
         "--trainer.enable_progress_bar",
         "false",
-        "--trainer.callbacks+=test_secure_cli.Hold",
+        "--trainer.callbacks+=test_cli_input.Hold",
     ]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -406,7 +406,7 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
 def test_every_switch_under_each_auto_precision(name, picked, tiny_mnist, tmp_path, monkeypatch):
     """tests/test_paths.py's switch matrix, with auto_precision picking each precision it can pick."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(project.cli.parser, "fastest_precision", lambda accelerator: picked)
+    monkeypatch.setattr(project.cli.checks, "fastest_precision", lambda accelerator: picked)
     extra, expected = SWITCHES[name]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--auto_precision", "true", *extra)) == 0
     (run,) = run_dirs(tmp_path / "logs")

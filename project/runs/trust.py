@@ -1,0 +1,58 @@
+"""What a run folder's config may name: classes and functions of the packages the product trusts, nothing else.
+
+A run's ``config.yaml`` comes from elsewhere (a colleague's ``logs/``, a paper's release), and jsonargparse imports
+every class path it names while it parses the file, before any check of ours could run: a class path into a module
+shipped inside the run folder (``logs.dl.version_0.evil.Anything``; under ``python -m`` the working directory is an
+import root) would run that module's code. So a run-folder command reads the config as data first and refuses any
+import path outside :data:`TRUSTED_PACKAGES`, unless the user opts in (``--trust_config true``). See
+``docs/security.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from project.errors import ConfigError
+
+# The packages whose classes and functions a run folder's config may name (the product and what it is built on).
+TRUSTED_PACKAGES = ("project", "lightning", "torch", "torchvision", "torchmetrics")
+# A dotted import path: at least two components of Python identifiers.
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+
+
+def import_paths(config: Any, key: str = "") -> list[tuple[str, str]]:
+    """``(key, path)`` for every value of ``config`` (a parsed YAML tree) that jsonargparse may import: every
+    ``class_path``, and every other string that is a dotted path naming a class (its last part capitalised) or a
+    function two modules deep (``a.b.fn``); keys are dotted (``trainer.callbacks.0.class_path``)."""
+    found: list[tuple[str, str]] = []
+    if isinstance(config, dict):
+        for name, value in config.items():
+            found += import_paths(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(config, list):
+        for i, value in enumerate(config):
+            found += import_paths(value, f"{key}.{i}" if key else str(i))
+    elif isinstance(config, str) and _DOTTED.fullmatch(config):
+        parts = config.split(".")
+        if key.endswith("class_path") or parts[-1][:1].isupper() or len(parts) >= 3:
+            found.append((key, config))
+    return found
+
+
+def check_import_paths(config: Any, source: str) -> None:
+    """Refuse a config from a run folder that names an import path outside :data:`TRUSTED_PACKAGES`.
+
+    Args:
+        config: the parsed config (YAML read as data, nothing imported).
+        source: the file it came from, for the message.
+
+    Raises:
+        ConfigError: one line naming the file, the key, the path and the opt-in.
+    """
+    for key, path in import_paths(config):
+        if path.split(".", 1)[0] not in TRUSTED_PACKAGES:
+            raise ConfigError(
+                f"{source}: {key} names {path}, outside the packages a run folder's config may name "
+                f"({', '.join(TRUSTED_PACKAGES)}); importing it could run code from anywhere. If you trust this run "
+                "folder and have that package installed, pass --trust_config true"
+            )
