@@ -56,3 +56,4 @@ _.isolation_level
 _begin
 _.exc_text
 _.should_stop
+_.on_test_end

@@ -48,7 +48,8 @@ def read_checkpoint(path: str | os.PathLike[str], trust: bool = False) -> Any:
     if not trust:
         check_zip_records(path)
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=not trust)  # nosec B614  (safe unless trusted)
+        # bandit B614: safe unless trusted
+        ckpt = torch.load(path, map_location="cpu", weights_only=not trust)  # nosec B614
     except Exception as e:
         unsafe = re.search(r"(Unsupported (global|class)|unsupported GLOBAL)[^\n]*", str(e))
         if unsafe and not trust:

@@ -14,6 +14,13 @@ class ConfigError(UserError, ValueError):
     """A configuration value or combination of values that cannot work."""
 
 
+class UnreadableFile(ConfigError):
+    """A file from elsewhere (a run folder, a logs folder) that cannot be read as data: missing, not a regular file,
+    over its size limit, not UTF-8, or not valid JSON, YAML or CSV within the bounds of :mod:`project.runs.read`.
+    The message is one line: the file, then the problem. A :class:`ConfigError`, so callers that refuse a bad run
+    refuse this one too."""
+
+
 class DataError(UserError, RuntimeError):
     """A data file is missing, truncated or fails its md5 check, or a download failed."""
 

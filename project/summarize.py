@@ -19,8 +19,11 @@ from each run's ``metrics.csv``, or its TensorBoard event files when it has none
 below the plot, names each group by the keys that tell the groups apart, in at most 60 characters) and
 ``test_acc_vs_<KEY>.png`` (test accuracy of every run and each group's mean ± std against ``--x KEY``, default
 the first ``--by`` key).
-Reads only ``results.json``, YAML configs (safe loader), ``metrics.csv`` and event files: nothing in a run
-folder runs code.
+Reads only ``results.json``, YAML configs (safe loader), ``metrics.csv`` and event files, as data
+(:mod:`project.runs.read`: regular files only, sizes checked first, bounded parsers): nothing in a run folder runs
+code, and a run whose files cannot be read is left out with one ``warning:`` line on stderr (its curve only, when
+just its ``metrics.csv`` or event files are bad). Every file is written atomically, never through a link
+(:mod:`project.runs.files`).
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(ns.out) if ns.out else (roots[0] if layout.version_of(roots[0]) is None else roots[0].parent)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.md").write_text(table)
-    (out / "summary.csv").write_text(groups_csv(stats, ns.metrics))
-    (out / "summary-runs.csv").write_text(runs_csv(stats))
+    files.write_text(out / "summary.md", table)
+    files.write_text(out / "summary.csv", groups_csv(stats, ns.metrics))
+    files.write_text(out / "summary-runs.csv", runs_csv(stats))
     files.write_json(out / "summary.json", _finite(stats))
     written = []
     if not ns.no_plots:
@@ -77,12 +80,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _finite(tree: Any) -> Any:
-    """JSON-safe copy: NaN/inf become None."""
+    """JSON-safe copy: NaN/inf become None; a value JSON has no type for (a date or a set from a YAML config) its
+    ``str``."""
     if isinstance(tree, dict):
-        return {k: _finite(v) for k, v in tree.items()}
-    if isinstance(tree, list):
+        return {k if isinstance(k, str | int | float | bool | None) else str(k): _finite(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
         return [_finite(v) for v in tree]
-    return None if isinstance(tree, float) and not math.isfinite(tree) else tree
+    if isinstance(tree, float):
+        return tree if math.isfinite(tree) else None
+    return tree if isinstance(tree, str | int | bool | None) else str(tree)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ exclusively in the same folder, fsync, atomic rename): a file is either its old 
 half-written, and a link planted at a file's or a temporary file's name is replaced, never followed. A run
 folder holding a symbolic link is refused for writing (:func:`check_no_links`).
 
+Files of a run folder are read as data through :mod:`project.runs.read` (regular files only, sizes checked first,
+bounded parsers): a copied or shared run folder may hold anything.
+
 Checkpoints are read with PyTorch's safe unpickler (``torch.load(weights_only=True)``): a file that
 needs more (a pickle that could run code) is refused unless the caller trusts it explicitly. Paths stored
 inside a checkpoint are data: :func:`inside` decides whether one may be touched (see ``RunCheckpoint``).
@@ -29,15 +32,14 @@ inside a checkpoint are data: :func:`inside` decides whether one may be touched 
 
 from __future__ import annotations
 
-import csv
-import io
-import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-from project.errors import ConfigError
+from project.errors import ConfigError, UnreadableFile
+from project.runs import read
 from project.runs.files import inside, write_json
 
 RESULTS = "results.json"
@@ -121,19 +123,31 @@ def latest_config(run: Path) -> Path:
     return resumes[-1][1] if resumes else run / "config.yaml"
 
 
-def read_results(run: Path) -> dict[str, Any]:
-    """The run's ``results.json`` as a dict.
+def read_latest_config(run: Path) -> Any:
+    """The config the run last ran with (:func:`latest_config`) as data: :func:`project.runs.read.read_yaml` (the
+    safe loader, at most 4 MiB, bounded as a tree); ``None`` when the run has no config or it is empty.
 
     Raises:
-        ConfigError: the run has no readable ``results.json`` (it has not finished).
+        UnreadableFile: the config is there but is no regular file, too large, not UTF-8 or not valid YAML.
+    """
+    path = latest_config(run)
+    return read.read_yaml(path, what="a run's config") if os.path.lexists(path) else None
+
+
+def read_results(run: Path) -> dict[str, Any]:
+    """The run's ``results.json`` as a dict, read as data (:func:`project.runs.read.read_json`: at most 16 MiB,
+    non-finite numbers as ``None``).
+
+    Raises:
+        UnreadableFile: ``results.json`` is there but is no regular file, too large, or not a JSON object.
+        ConfigError: the run has no ``results.json`` (it has not finished).
     """
     path = run / RESULTS
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path} is missing or unreadable ({type(e).__name__}); has the run finished?") from None
+    if not os.path.lexists(path):
+        raise ConfigError(f"{path} is missing or unreadable (FileNotFoundError); has the run finished?")
+    data = read.read_json(path, what="results.json")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path} is not a results object")
+        raise read.unreadable(path, "is not a results object (a JSON object)")
     return data
 
 
@@ -175,26 +189,34 @@ def undo_since(run: Path, before: dict[Path, float]) -> bool:
 METRICS_CSV = "metrics.csv"
 
 
-def read_epoch_metrics(run: Path | None) -> list[dict[str, float]]:
+def read_epoch_metrics(run: Path | None, strict: bool = False) -> list[dict[str, float]]:
     """The rows of a run's ``metrics.csv`` (see :class:`project.report.EpochMetrics`): ``{"epoch": int, "step":
-    int, metric: float}``, empty cells left out; ``[]`` when the run has none or it is unreadable. Read as data: a
-    malformed cell is skipped, a file over 16 MiB is not read."""
-    path = run / METRICS_CSV if run is not None else None
+    int, metric: float}``, empty cells left out; ``[]`` when the run has none. Read as data
+    (:func:`project.runs.read.read_csv_rows`: at most 16 MiB, cells up to 128 KiB): a malformed cell is skipped, a
+    row without a finite epoch and step too.
+
+    Raises:
+        UnreadableFile: with ``strict``, a ``metrics.csv`` that is there but cannot be read (without ``strict``:
+            ``[]``).
+    """
+    if run is None:
+        return []
+    path = run / METRICS_CSV
     try:
-        if path is None or path.stat().st_size > 16 << 20:
-            return []
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError):
+        raw_rows = read.read_csv_rows(path, what="metrics.csv")
+    except UnreadableFile:
+        if strict and os.path.lexists(path):
+            raise
         return []
     rows = []
-    for raw in csv.DictReader(io.StringIO(text)):
+    for raw in raw_rows:
         row: dict[str, float] = {}
         for key, cell in raw.items():
             try:
                 row[key] = float(cell)
             except (TypeError, ValueError):
                 continue
-        if "epoch" in row and "step" in row:
+        if math.isfinite(row.get("epoch", math.nan)) and math.isfinite(row.get("step", math.nan)):
             row["epoch"], row["step"] = int(row["epoch"]), int(row["step"])
             rows.append(row)
     return rows

@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from project.errors import ConfigError
-from project.runs.layout import checkpoint_of, latest_config, run_of_checkpoint, runs_of, version_of
+from project.errors import ConfigError, UnreadableFile
+from project.runs.layout import checkpoint_of, read_latest_config, run_of_checkpoint, runs_of, version_of
 
 
 def _logger_dir(logger: Any) -> Path | None:
@@ -34,9 +32,11 @@ def kind_of(config: Any) -> dict[str, Any]:
 
 
 def _run_kind(run: Path) -> dict[str, Any] | None:
+    """:func:`kind_of` the run's latest config; ``None`` when it has none or it cannot be read (as data, bounded:
+    :func:`project.runs.layout.read_latest_config`)."""
     try:
-        config = yaml.safe_load(latest_config(run).read_text())
-    except (OSError, yaml.YAMLError):
+        config = read_latest_config(run)
+    except UnreadableFile:
         return None
     return kind_of(config) if isinstance(config, dict) else None
 

@@ -1,22 +1,20 @@
 """Run folders read as data for summaries: :func:`collect` finds every run under some folders (its ``results.json``
-and config, read with YAML's safe loader), :func:`group_runs` groups runs that differ only in the seed (or by given
-keys), :func:`stats_of` gives each group's n and mean ± sample std (``ddof=1``)."""
+and config, read through :mod:`project.runs.read`: bounded, YAML's safe loader; a run whose files cannot be read is
+skipped with one warning line), :func:`group_runs` groups runs that differ only in the seed (or by given keys),
+:func:`stats_of` gives each group's n and mean ± sample std (``ddof=1``) over its finite values."""
 
 from __future__ import annotations
 
+import math
 import statistics
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from project.errors import ConfigError
-from project.runs import layout
-
-# yaml's safe loader, in C where libyaml is there (the pure-Python one took ~10 ms of a run's 45)
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
+from project.errors import ConfigError, UnreadableFile
+from project.runs import layout, read
 
 # Config keys that do not change what a run computes: paths, logging, loader plumbing, the seed.
 IGNORED = (
@@ -83,8 +81,17 @@ def resolve_key(key: str, config: dict[str, Any]) -> str:
     return matches[0] if len(matches) == 1 else key
 
 
-def collect(roots: list[Path]) -> list[Run]:
+def warn(message: str) -> None:
+    """One ``warning:`` line on stderr (control characters escaped: a folder's name never breaks it)."""
+    print(f"warning: {read.printable(message)}", file=sys.stderr)
+
+
+def collect(roots: list[Path], report: Callable[[str], None] = warn) -> list[Run]:
     """Every run folder under ``roots`` (a run folder counts as itself), with results and flattened config.
+
+    A run whose ``results.json`` or config is there but cannot be read as data (not a regular file, too large, not
+    UTF-8, not valid or too deep JSON/YAML: :class:`~project.errors.UnreadableFile`) is left out, with one line
+    to ``report`` (default :func:`warn`) naming the run and the problem.
 
     Raises:
         ConfigError: a root does not exist.
@@ -100,17 +107,29 @@ def collect(roots: list[Path]) -> list[Run]:
     out = []
     for path in found:
         try:
-            results, status = layout.read_results(path), "finished"
-        except ConfigError:
-            resumable = (path / "checkpoints" / "last.ckpt").is_file()
-            results, status = None, "unfinished" + (" (resumable: last.ckpt)" if resumable else "")
-        try:
-            config = yaml.load(layout.latest_config(path).read_text(), Loader=SAFE_LOADER) or {}
-        except (OSError, yaml.YAMLError):
-            config = {}
-        config = flatten(config) if isinstance(config, dict) else {}
-        out.append(Run(path, path.parent.name, results, config, status))
+            out.append(read_run(path))
+        except UnreadableFile as e:
+            report(f"skipped run {path}: {e}")
     return out
+
+
+def read_run(path: Path) -> Run:
+    """One run folder as a :class:`Run`: ``results.json`` (``unfinished`` without one) and its latest config,
+    flattened (``{}`` without one).
+
+    Raises:
+        UnreadableFile: ``results.json`` or the config is there but cannot be read as data.
+    """
+    try:
+        results, status = layout.read_results(path), "finished"
+    except UnreadableFile:
+        raise
+    except ConfigError:
+        resumable = (path / "checkpoints" / "last.ckpt").is_file()
+        results, status = None, "unfinished" + (" (resumable: last.ckpt)" if resumable else "")
+    config = layout.read_latest_config(path)
+    config = flatten(config) if isinstance(config, dict) else {}
+    return Run(path, path.parent.name, results, config, status)
 
 
 def group_runs(finished: list[Run], by: list[str] | None) -> dict[str, list[Run]]:
@@ -144,7 +163,14 @@ def group_identity(members: list[Run], by: list[str] | None) -> dict[str, Any]:
 
 
 def _hashable(v: Any) -> Any:
-    return tuple(map(_hashable, v)) if isinstance(v, list) else v
+    """``v`` as a dict key: lists as tuples; anything else unhashable (a mapping, a set) by its ``repr``."""
+    if isinstance(v, list):
+        return tuple(map(_hashable, v))
+    try:
+        hash(v)
+    except TypeError:
+        return repr(v)
+    return v
 
 
 def fmt(value: Any) -> str:
@@ -164,11 +190,22 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return (statistics.fmean(values) if values else None), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+def number(value: Any) -> float | None:
+    """``value`` as a finite float; ``None`` for anything else (a bool, a string, NaN, ±inf, an int beyond floats)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def stats_of(members: list[Run], metrics: list[str]) -> dict[str, Any]:
-    """``{metric: {mean, std, n}}`` over the runs holding a number for it (std None for n < 2)."""
+    """``{metric: {mean, std, n}}`` over the runs holding a finite number for it (std None for n < 2)."""
     out: dict[str, Any] = {"runs": len(members), "paths": [str(r.path) for r in members]}
     for m in metrics:
-        values = [float(v) for r in members if isinstance(v := r.value(m), int | float) and not isinstance(v, bool)]
+        values = [v for r in members if (v := number(r.value(m))) is not None]
         mean, std = mean_std(values)
         out[m] = {"mean": mean, "std": std, "n": len(values)}
     return out

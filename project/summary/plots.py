@@ -3,18 +3,23 @@ validation curves per group (``val_acc.png``) and a metric against a setting wit
 
 Labels name only what differs between groups (``lr=0.01``, ``StepLR``), at most :data:`LABEL_CHARS` characters;
 the full label is in ``summary.md``/``summary.csv``. Legends sit below the axes, at most :data:`LEGEND_ENTRIES`
-groups named. Plots are drawn with matplotlib's ``Agg`` backend (no display needed).
+groups named. Plots are drawn with matplotlib's ``Agg`` backend (no display needed) and written through
+:func:`project.runs.files.write_bytes` (atomically, never through a link). A run whose curve cannot be read
+(:func:`val_curves`) is left out of ``val_acc.png`` with one warning line.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from project.runs import layout
+from project.errors import UnreadableFile
+from project.runs import files, layout, read
 from project.summary.labels import abbreviate
 
 if TYPE_CHECKING:
@@ -27,10 +32,23 @@ LEGEND_ENTRIES = 20  # groups named in a plot's legend; the others are counted i
 def val_curves(run: Path, tag: str = "val/acc") -> tuple[list[int], list[float]]:
     """``(steps, values)`` of ``tag`` per epoch, from the run's ``metrics.csv`` (see
     :class:`project.report.EpochMetrics`); a run without one (written before it existed) from its TensorBoard
-    event files. Empty when neither has the tag."""
-    if (run / layout.METRICS_CSV).is_file():
-        rows = [r for r in layout.read_epoch_metrics(run) if tag in r]
+    event files, each checked first to be a regular file of at most :data:`project.runs.read.EVENTS_BYTES`
+    (256 MiB). Empty when neither has the tag.
+
+    Raises:
+        UnreadableFile: ``metrics.csv`` is there but cannot be read (not a regular file, over 16 MiB, a cell over
+            128 KiB...), or an event file is not a regular file or is too large.
+    """
+    if os.path.lexists(run / layout.METRICS_CSV):
+        rows = [r for r in layout.read_epoch_metrics(run, strict=True) if tag in r]
         return [int(r["step"]) for r in rows], [r[tag] for r in rows]
+    try:
+        names = os.listdir(run)
+    except OSError:
+        return [], []
+    for name in names:  # the files TensorBoard's loader opens (io_wrapper.IsSummaryEventsFile)
+        if "tfevents" in name and not name.endswith(".profile-empty"):
+            read.check_file(run / name, read.EVENTS_BYTES, "an event file")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
@@ -61,7 +79,7 @@ def plot(
     ``test_acc_vs_<x_key>.png``; ``name`` formats ``{y}`` and ``{x}``) into ``out``; return the paths."""
     import matplotlib
 
-    from project.summary.collect import fmt
+    from project.summary.collect import fmt, number, warn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -82,7 +100,11 @@ def plot(
         xs: list[float] = []
         ys: list[float] = []
         for path in st["paths"]:
-            steps, values = val_curves(Path(path))
+            try:
+                steps, values = val_curves(Path(path))
+            except UnreadableFile as e:
+                warn(f"left the curve of run {path} out of val_acc.png: {e}")
+                continue
             if steps:
                 xs += [*steps, math.nan]
                 ys += [*values, math.nan]
@@ -97,21 +119,21 @@ def plot(
         labels.append(f"... {len(groups) - LEGEND_ENTRIES} more groups (summary.md)")
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=7, frameon=False)
-    written.append(out / "val_acc.png")
-    fig.savefig(written[-1])
+    written.append(save(fig, out / "val_acc.png"))
     plt.close(fig)
     x_keys = [x_key] if isinstance(x_key, str) else x_key or []
     for x_key in x_keys:
-        finished = [r for r in all_runs if r.results is not None and isinstance(r.value(y_key), int | float)]
+        finished = [r for r in all_runs if r.results is not None and number(r.value(y_key)) is not None]
+        ys = [number(r.value(y_key)) or 0.0 for r in finished]  # each a finite number (the filter above)
         xs = [r.value(x_key) for r in finished]
-        numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
+        numeric = all(number(x) is not None for x in xs)
         cats = sorted({fmt(x) for x in xs}) if not numeric else []
-        pos = [float(x) if numeric else cats.index(fmt(x)) for x in xs]
+        pos = [(number(x) or 0.0) if numeric else cats.index(fmt(x)) for x in xs]
         fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-        ax.scatter(pos, [r.value(y_key) for r in finished], s=14, alpha=0.6, label="runs")
+        ax.scatter(pos, ys, s=14, alpha=0.6, label="runs")
         by_x: dict[float, list[float]] = {}
-        for p, r in zip(pos, finished):
-            by_x.setdefault(p, []).append(float(r.value(y_key)))
+        for p, y in zip(pos, ys):
+            by_x.setdefault(p, []).append(y)
         px = sorted(by_x)
         means = [statistics.fmean(by_x[p]) for p in px]
         stds = [statistics.stdev(by_x[p]) if len(by_x[p]) > 1 else 0.0 for p in px]
@@ -124,8 +146,15 @@ def plot(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in x_key)
-        written.append(out / name.format(y=y_key, x=safe))
         fig.tight_layout()
-        fig.savefig(written[-1])
+        written.append(save(fig, out / name.format(y=y_key, x=safe)))
         plt.close(fig)
     return written
+
+
+def save(fig: Any, path: Path) -> Path:
+    """Write ``fig`` as PNG to ``path`` through :func:`project.runs.files.write_bytes` (a new file renamed over
+    ``path``: a link planted there is replaced, never followed); returns ``path``."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return files.write_bytes(path, buffer.getvalue())

@@ -5,7 +5,9 @@ sweep folder: ``report.md`` (every trial with its state, then the points: comple
 keys, mean ± sample std over seeds, then the best point), ``report.json`` (the same as data), ``val_acc.png``
 (validation accuracy per point), ``objective-<key>.png`` (the objective against each swept key) and, when the runs
 prune weights, ``objective-sparsity.png`` (the objective against the measured sparsity; the dense runs sit at 0).
-Trial states come from the study, values from each run's ``results.json``.
+Trial states come from the study, values from each run's ``results.json`` (read as data, bounded: a trial whose
+``results.json`` cannot be read is reported without values, with one ``warning:`` line). Every file is written
+atomically, never through a link (:mod:`project.runs.files`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from typing import Any
 
 import optuna
 
+from project.errors import UnreadableFile
 from project.runs import files, layout
 from project.summary import plots, tables
-from project.summary.collect import Run, fmt, group_runs
+from project.summary.collect import Run, fmt, group_runs, warn
 
 
 def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
@@ -28,8 +31,11 @@ def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
             continue
         run = Path(t.user_attrs["run"]) if "run" in t.user_attrs else None
         results: dict[str, Any] = {}
-        if run is not None and (run / layout.RESULTS).is_file():
-            results = layout.read_results(run)
+        if run is not None and (run / layout.RESULTS).exists():
+            try:
+                results = layout.read_results(run)
+            except UnreadableFile as e:
+                warn(f"trial {t.number}: its results are left out: {e}")
         rows.append(
             {
                 "trial": t.number,
@@ -110,7 +116,7 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         "plots": [p.name for p in figures],
     }
     text = "\n".join(lines) + "\n"
-    (folder / "report.md").write_text(text)
+    files.write_text(folder / "report.md", text)
     files.write_json(folder / "report.json", out)
     if echo:
         print(text, end="")

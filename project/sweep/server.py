@@ -24,6 +24,7 @@ are the worker's: set them before starting the sweep, as for any command.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -37,6 +38,27 @@ from pathlib import Path
 from typing import Any
 
 from project.data.workers import die_with_parent
+
+# A trial's log (sweep-fit.log) is appended to, created if missing, never through a link (ELOOP instead).
+LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_log(path: str | Path) -> int:
+    """A file descriptor appending to the trial's log ``path`` (created 0644 if missing), opened only in place: a
+    symbolic link planted at the name is refused (``O_NOFOLLOW``), never followed. Close-on-exec: a child gets it
+    only as its stdout/stderr.
+
+    Raises:
+        OSError: the log cannot be opened (``ELOOP`` for a link); :func:`log_problem` words it in one line.
+    """
+    return os.open(path, LOG_FLAGS, 0o644)
+
+
+def log_problem(path: str | Path, error: OSError) -> str:
+    """One line for a trial's log that :func:`open_log` refused."""
+    if error.errno == errno.ELOOP:
+        return f"{path} is a symbolic link; a trial's log is written only in place, never through a link: remove it"
+    return f"{path}: cannot open the trial's log ({error.strerror})"
 
 
 class TrialServer:
@@ -132,7 +154,11 @@ def _child(args: list[str], env: dict[str, str], log: str) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         die_with_parent()
         null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            out = open_log(log)
+        except OSError as e:  # a link planted since the worker checked: one line on the worker's stderr
+            print(f"error: {log_problem(log, e)}", file=sys.stderr)
+            raise SystemExit(1) from None
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)

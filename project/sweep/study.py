@@ -38,7 +38,9 @@ import logging
 import math
 import os
 import signal
-import subprocess  # nosec B404  (the sweep starts its own workers: this program, fixed arguments)
+
+# bandit B404: the sweep starts its own workers: this program, fixed arguments
+import subprocess  # nosec B404
 import sys
 import time
 from pathlib import Path
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         from project.data.workers import die_with_parent
 
         me = [sys.executable, "-m", "project.sweep", *_without_workers(argv), "--workers", "1", "--worker_only"]
-        procs = [subprocess.Popen(me, preexec_fn=die_with_parent) for _ in range(ns.workers)]  # nosec B603
+        procs = [subprocess.Popen(me, preexec_fn=die_with_parent) for _ in range(ns.workers)]
         status = 1 if any(p.wait() != 0 for p in procs) else 0
     if not ns.worker_only:
         sweep_report.report(study, ctx.sweep, folder, echo=True)

@@ -14,7 +14,9 @@ import json
 import math
 import os
 import socket
-import subprocess
+
+# bandit B404: a trial runs this program's fit: fixed module, arguments from the sweep
+import subprocess  # nosec B404
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,8 @@ import optuna
 import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-from project.runs import files, layout
+from project.errors import UnreadableFile
+from project.runs import files, layout, read
 from project.sweep import server as trial_server
 from project.sweep.config import trial_config
 from project.sweep.file import Sweep, make_pruner
@@ -76,15 +79,13 @@ class ReportToStudy(L.Callback):
     def extra_hparams(self, run: Path) -> dict[str, Any]:
         """HPARAMS columns for a trial's run (``project.report.results.callback_hparams`` asks): ``trial`` (its number)
         and the swept values, from the run's ``trial.json``, so HPARAMS compares the trials of a sweep by what the
-        sweep varied. ``{}`` for a run without one (or an unreadable one)."""
-        try:
-            info = json.loads((run / TRIAL_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(info, dict) or "run" not in info or not isinstance(info.get("params", {}), dict):
+        sweep varied. ``{}`` for a run without one (or one that cannot be read as data: :func:`_read_trial`)."""
+        info = _read_trial(run)
+        number = info.get("run")
+        if isinstance(number, bool) or not isinstance(number, int) or not isinstance(info.get("params", {}), dict):
             return {}
         swept = {k: v if isinstance(v, bool | int | float | str) else str(v) for k, v in info.get("params", {}).items()}
-        return {"trial": int(info["run"]), **swept}
+        return {"trial": number, **swept}
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.active or trainer.sanity_checking:
@@ -192,7 +193,14 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
             info["pid"] = pid
             files.write_json(run / TRIAL_FILE, info)
 
-        returncode = run_fit(ctx.server, ["--config", str(run / TRIAL_CONFIG), *resume], env, run / FIT_LOG, started)
+        try:
+            returncode = run_fit(
+                ctx.server, ["--config", str(run / TRIAL_CONFIG), *resume], env, run / FIT_LOG, started
+            )
+        except TrialFailed as e:  # its log cannot be opened (a planted link): nothing ran
+            info.update(state="failed", error=str(e))
+            files.write_json(run / TRIAL_FILE, info)
+            raise TrialFailed(f"trial {trial.number}: {e}") from None
         if returncode >= 0:
             break  # else a signal killed fit while this worker lives: resume it here
     if returncode != 0:
@@ -228,31 +236,57 @@ def run_fit(
 ) -> int:
     """``python -m project.fit ARGS`` with ``env``, output appended to ``log``: in a warm child of the worker's
     trial server (:mod:`project.trial_server`), else as a subprocess. Returns the exit status (negative: the
-    signal that killed it); ``started(pid)`` is called once fit runs."""
+    signal that killed it); ``started(pid)`` is called once fit runs.
+
+    The log is opened for appending only in place (:func:`project.sweep.server.open_log`, ``O_NOFOLLOW``), here
+    first whichever process writes it.
+
+    Raises:
+        TrialFailed: the log cannot be opened (a symbolic link planted at its name, a folder); nothing is run.
+    """
+    try:
+        fd = trial_server.open_log(log)
+    except OSError as e:
+        raise TrialFailed(trial_server.log_problem(log, e)) from None
     if server is not None and server.alive:
+        os.close(fd)
         return server.run(args, env, log, started)
     from project.data.workers import die_with_parent
 
-    with open(log, "a") as out:
+    with os.fdopen(fd, "ab") as out:
         command = [sys.executable, "-m", "project.fit", *args]
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        # bandit B603: sys.executable -m project.fit, no shell
+        proc = subprocess.Popen(  # nosec B603
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        )
         started(proc.pid)
         return proc.wait()
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, read as data (:func:`project.runs.read.read_json`: a regular file of at most
+    16 MiB, bounded nesting, non-finite numbers as ``None``); ``{}`` when missing, unreadable or not an object."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = read.read_json(path, what=path.name)
+    except UnreadableFile:
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def _read_trial(run: Path) -> dict[str, Any]:
+    """The run's ``trial.json`` (:func:`_read_json`)."""
     return _read_json(run / TRIAL_FILE)
 
 
+LOG_TAIL_BYTES = 1 << 20  # the end of a trial's log searched for its last error line: 1 MiB
+
+
 def _last_error(log: Path) -> str:
-    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    """The fit's last ``error:`` line in its log (else its last line), from the log's last :data:`LOG_TAIL_BYTES`
+    bytes, read only in place (a link is not followed)."""
+    try:
+        lines = read.read_tail(log, LOG_TAIL_BYTES, "a trial's log").splitlines()
+    except UnreadableFile:
+        lines = []
     errors = [line for line in lines if line.startswith("error:")] or [line for line in lines if line.strip()]
     return errors[-1].strip() if errors else "no output"

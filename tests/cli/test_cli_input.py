@@ -358,7 +358,11 @@ def listening(pids: set[int]) -> list[str]:
 def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
     hold = tmp_path / "hold"
     hold.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent)]), "HOLD_DIR": str(hold)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent), str(REPO / "tests")]),
+        "HOLD_DIR": str(hold),
+    }
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     cmd = [

@@ -109,7 +109,7 @@ def test_resume_mid_epoch_with_workers_and_a_plain_schedule(tiny_mnist, tmp_path
 def test_ddp_resume_mid_epoch_is_exact(loader, fashion_data, tmp_path, monkeypatch):
     """Two DDP processes on the CPU (each rank its DistributedSampler shard), stopped after step 14 (4 batches into
     epoch 1) and resumed: the uninterrupted run's weights, bit for bit."""
-    path = [str(Path(__file__).parent), str(REPO), os.environ.get("PYTHONPATH", "")]
+    path = [str(Path(__file__).parent), str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     args = [
         "--config",
