@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         from project.data.workers import die_with_parent
 
         me = [sys.executable, "-m", "project.sweep", *_without_workers(argv), "--workers", "1", "--worker_only"]
-        procs = [subprocess.Popen(me, preexec_fn=die_with_parent) for _ in range(ns.workers)]
+        # bandit B603: this program's own workers, fixed arguments, no shell
+        procs = [subprocess.Popen(me, preexec_fn=die_with_parent) for _ in range(ns.workers)]  # nosec B603
         status = 1 if any(p.wait() != 0 for p in procs) else 0
     if not ns.worker_only:
         sweep_report.report(study, ctx.sweep, folder, echo=True)
