@@ -68,6 +68,7 @@ MOVED_CLASS_PATHS = {
     "project.run_logger.RunTensorBoardLogger": "project.report.RunTensorBoardLogger",
     "project.report.TensorBoardLogger": "project.report.RunTensorBoardLogger",
     "project.sweep_trial.ReportToStudy": "project.sweep.ReportToStudy",
+    "project.callbacks.batch_samples": "project.callbacks.training.batch_samples",  # Throughput's batch_size_fn
 }
 _MOVED = re.compile("|".join(re.escape(old) + r"(?![\w.])" for old in MOVED_CLASS_PATHS))
 

@@ -111,6 +111,7 @@ def test_a_run_written_with_the_old_class_paths_still_runs(tiny_mnist, tmp_path,
         "project.callbacks.StructuredPruning": "project.slim.StructuredPruning",
         "project.report.EpochMetrics": "project.epoch_metrics.EpochMetrics",
         "project.report.RunTensorBoardLogger": "project.run_logger.RunTensorBoardLogger",
+        "project.callbacks.training.batch_samples": "project.callbacks.batch_samples",
     }
     for new, old in new_to_old.items():
         assert new in text and MOVED_CLASS_PATHS[old] == new
