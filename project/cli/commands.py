@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project import checkpoints
@@ -205,9 +204,9 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     config = layout.latest_config(run)
     if command is not None:
         check_command_line(command, args)
-        check_run_config(command, config)
+        data = check_run_config(command, config)
         if not trusts_config(args):
-            trust.check_import_paths(read_config(config), str(config))
+            trust.check_import_paths(data, str(config))
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
     return ProjectCLI(
@@ -229,15 +228,6 @@ def trusts_config(args: list[str]) -> bool:
     return str(value).lower() in ("true", "yes", "1")
 
 
-def read_config(config: Path) -> Any:
-    """A run's config as data (YAML's safe loader, nothing imported); ``None`` when unreadable (the parser then
-    names the problem with the file, line and column)."""
-    try:
-        return yaml.safe_load(config.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-
-
 def check_command_line(command: Command, args: list[str]) -> None:
     """Refuse what a run-folder command cannot honour: fit's ``--ckpt_path`` (resume) and a logger (the command
     writes no run folder; a logger would start a fake one).
@@ -253,10 +243,11 @@ def check_command_line(command: Command, args: list[str]) -> None:
             raise ConfigError(f"{key}: {command.prog} writes no run folder and takes no logger; drop it")
 
 
-def check_run_config(command: Command, config: Path) -> None:
+def check_run_config(command: Command, config: Path) -> Any:
     """Refuse a run config that sets one of the command's own options (``ckpt``, ``out``, ``inputs``, ...): fit
     never writes them, so such a key was added by hand, and it would choose silently what the command reads or
-    writes. The command's options come from its command line only.
+    writes. The command's options come from its command line only. Returns the config read as data (nothing
+    imported), for the check of its import paths.
 
     Raises:
         ConfigError: naming the file and the key.
@@ -270,6 +261,7 @@ def check_run_config(command: Command, config: Path) -> None:
             f"{config}: {clash[0]} is an option of {command.prog}, not a run setting (fit never writes it); "
             "remove it from the run's config and give it on the command line"
         )
+    return keys
 
 
 def leading_positionals(argv: list[str]) -> list[str]:

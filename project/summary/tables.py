@@ -1,27 +1,6 @@
-"""``python -m project.summarize [FOLDER...] [--by KEY...] [--x KEY] [--format md|csv] [--out DIR]``.
-
-One table across run folders (default: everything under ``logs``):
-
-* **runs**: every run folder (``<experiment>/version_N``) with its seed, epochs and metrics from
-  ``results.json``; a folder without one is listed as ``unfinished`` (resumable when it holds
-  ``checkpoints/last.ckpt``), never dropped;
-* **groups**: runs whose configs differ only in the seed (and in paths, logger and loader settings that do
-  not change results) form one group, shown with n and the mean ± sample standard deviation (``ddof=1``)
-  of each metric. ``--by KEY...`` groups by those keys instead.
-
-A KEY is a ``results.json`` key (``precision``, ``sparsity``...), ``experiment``, or a config key written
-dotted without ``init_args`` (``model.optimizer.lr``, ``data.batch_size``, ``trainer.callbacks.Pruning.amount``);
-any unambiguous ending of one works too (``lr``, ``amount``).
-
-Writes into ``--out`` (default: the first FOLDER): ``summary.md``, ``summary.csv`` (groups),
-``summary-runs.csv``, ``summary.json``, and PNG plots: ``val_acc.png`` (validation accuracy against step
-from each run's ``metrics.csv``, or its TensorBoard event files when it has none, coloured by group; the legend,
-below the plot, names each group by the keys that tell the groups apart, in at most 60 characters) and
-``test_acc_vs_<KEY>.png`` (test accuracy of every run and each group's mean ± std against ``--x KEY``, default
-the first ``--by`` key).
-Reads only ``results.json``, YAML configs (safe loader), ``metrics.csv`` and event files: nothing in a run
-folder runs code.
-"""
+"""The tables of ``python -m project.summarize`` and of a sweep's report: every run, and groups of runs with n and
+mean ± sample std (``ddof=1``) of each metric, as Markdown (:func:`summarize`) and CSV (:func:`groups_csv`,
+:func:`runs_csv`). What the command writes and the keys it takes: :mod:`project.summarize`."""
 
 from __future__ import annotations
 
