@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import torchvision
 
 from project import data as data_mod
@@ -19,6 +20,28 @@ from project.data import archives
 
 FASHION_SOURCE = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 IDX_NAMES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_globals():
+    """Put back the process-wide torch switches a Trainer sets (``benchmark``, ``deterministic``, cudnn
+    ``enabled``, default dtype, matmul precision) after each test, so an in-process run cannot change how a later
+    test's loaders batch (``benchmark: true`` drops the last partial batch) or what it computes."""
+    cudnn = torch.backends.cudnn
+    saved = (
+        cudnn.benchmark,
+        cudnn.deterministic,
+        cudnn.enabled,
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.get_default_dtype(),
+        torch.get_float32_matmul_precision(),
+    )
+    yield
+    cudnn.benchmark, cudnn.deterministic, cudnn.enabled = saved[:3]
+    torch.use_deterministic_algorithms(saved[3], warn_only=saved[4])
+    torch.set_default_dtype(saved[5])
+    torch.set_float32_matmul_precision(saved[6])
 
 
 def md5(b: bytes) -> str:
