@@ -22,23 +22,33 @@ import sys
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Linux: have the kernel send this process ``SIGKILL`` when its parent exits (no-op elsewhere)."""
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: have the kernel send this process ``SIGKILL`` when its parent exits (no-op elsewhere).
+
+    Args:
+        parent: the pid this process's parent must have (default: the parent it has now). A worker passes the
+            fork server's pid: when training is killed while a worker is still starting (unpickling its dataset,
+            before this runs), the server is gone already and the worker's parent is init; asking the kernel then
+            is too late, and comparing with the parent it has now would see nothing wrong. The process exits at
+            once instead.
+    """
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
+    expected = os.getppid() if parent is None else parent
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent:  # the parent died before the request took effect
+    if os.getppid() != expected:  # the parent died before the request took effect
         os._exit(1)
 
 
 def worker_init(worker_id: int) -> None:
-    """``DataLoader(worker_init_fn=...)``: the worker dies with the fork server that started it."""
-    die_with_parent()
+    """``DataLoader(worker_init_fn=...)``: the worker dies with the fork server that started it (or at once, when
+    the server is already gone)."""
+    guard = sys.modules.get("project.data.forkserver_guard")  # imported in the server, so inherited by its workers
+    die_with_parent(getattr(guard, "SERVER_PID", None))
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
