@@ -17,11 +17,15 @@ ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH
 
 # ca-certificates: downloads from inside the container (torchvision's data sets) need them; it follows
-# bookworm's updates rather than a pinned version.
+# bookworm's updates rather than a pinned version. g++ and python3-dev: `--model.compile true` (torch.compile's
+# inductor builds C++ kernels with them on CPU, and its launchers on GPU). apt's lists and downloaded packages are
+# removed in the same layer.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
+    && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 \
+        python3-dev=3.11.2-1+b1 g++ ca-certificates \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log \
     && python3 -m venv "$VIRTUAL_ENV" \
     && useradd --create-home --uid 1000 trainer
 
@@ -29,10 +33,11 @@ WORKDIR /app
 # PIP_CONFIG_FILE: a pip configuration for these build steps only (CI passes its machine's index settings).
 ARG PIP_CONFIG_FILE
 COPY requirements.lock pyproject.toml ./
-# The runtime dependencies of pyproject.toml (not the test extra), each at its locked version; this layer
-# changes only with the lock or pyproject.toml.
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.in \
+# The runtime dependencies of pyproject.toml and its `postgres` extra (a sweep's shared study:
+# --storage postgresql+psycopg2://...), not the test extra, each at its locked version. This layer changes only with
+# the lock or pyproject.toml; a code change rebuilds the small layers below it only.
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['postgres']))" > /tmp/requirements.in \
     && pip install --no-cache-dir -c requirements.lock pip setuptools \
     && pip install --no-cache-dir -c requirements.lock -r /tmp/requirements.in \
     && rm /tmp/requirements.in
@@ -45,6 +50,13 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
     && chown trainer:trainer /app/data /app/logs
 COPY configs/ configs/
 COPY deploy/docker/entrypoint.sh /usr/local/bin/project-entrypoint
+
+# OCI labels: where the image comes from (CI passes the commit it built: --build-arg REVISION=$(git rev-parse HEAD))
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="project" \
+      org.opencontainers.image.description="SimpleCNN/LeNet Lightning experiments: fit, evaluate, predict, export, sweep" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="debian:bookworm-slim"
 
 USER 1000:1000
 VOLUME ["/app/data", "/app/logs"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import logging
 import os
 import statistics
@@ -43,8 +42,8 @@ from lightning.pytorch.cli import LightningArgumentParser
 from project.cli.commands import Command, RunJob, main_of
 from project.cli.entry import exit_with
 from project.cli.parser import ProjectCLI
-from project.errors import ConfigError, UserError
-from project.runs import files
+from project.errors import ConfigError, UnreadableFile, UserError
+from project.runs import files, read
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts.pt", "pt2": ".pt2"}
 LATENCY_BATCHES = (1, 256)
@@ -196,8 +195,8 @@ def export(job: RunJob) -> dict[str, Any]:
         }
     path = job.run / "export.json"
     try:
-        existing = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
+        existing = read.read_json(path, what="export.json") if path.is_file() else {}
+    except UnreadableFile:
         existing = {}
     existing = existing if isinstance(existing, dict) else {}
     existing[fmt] = record

@@ -20,18 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from project import checkpoints
 from project.callbacks.pruning import ScheduledPruning
 from project.cli.entry import exit_with, run_main
 from project.cli.parser import ProjectCLI
-from project.errors import ConfigError
+from project.errors import ConfigError, UnreadableFile
 from project.nets import build_net
 from project.report import results as run_report
 from project.report.figures import TestReport
 from project.report.run_logger import run_dir
-from project.runs import claims, layout
+from project.runs import claims, layout, read
 
 log = logging.getLogger("project")
 
@@ -90,9 +89,9 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
     run = layout.run_of_checkpoint(Path(ckpt_path))
     before: Any = None
     if sized and run is not None and layout.latest_config(run).is_file():
-        try:
-            before = yaml.safe_load(layout.latest_config(run).read_text())
-        except yaml.YAMLError:
+        try:  # the run folder is data (docs/security.md): bounded, regular file, safe loader
+            before = read.read_yaml(layout.latest_config(run), what="a run's config")
+        except UnreadableFile:
             before = None
         if not isinstance(before, dict) or not before:
             log.warning(

@@ -56,6 +56,18 @@ def tiny_args(paths: dict, logs: Path, *extra: str, name: str = "tiny") -> list[
     ]
 
 
+def own_data(path: Path | str) -> list[str]:
+    """``--data.data_dir`` of the data a test run was trained on, for a run-folder command on it (they read the data
+    folder the user names, default ``data/``, not the one the run's config names). ``path``: a run, an experiment
+    folder or a checkpoint in a run; ``[]`` when no run config is found."""
+    path = Path(path)
+    for folder in (path, path.parent, path.parent.parent):
+        configs = sorted(folder.glob("config.yaml")) or sorted(folder.glob("version_*/config.yaml"))
+        if configs:
+            return ["--data.data_dir", str(yaml.safe_load(configs[-1].read_text())["data"]["init_args"]["data_dir"])]
+    return []
+
+
 def run_module(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``python -m project.fit ARGS`` in ``cwd``; returns the completed process (text output)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

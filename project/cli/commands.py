@@ -30,10 +30,13 @@ from lightning.pytorch.cli import LightningArgumentParser
 from project import checkpoints
 from project.cli.entry import exit_with, quiet_library_banners, run_main
 from project.cli.parser import ProjectCLI
-from project.errors import ConfigError
+from project.data.base import DEFAULT_DATA_DIR
+from project.errors import ConfigError, DataError
 from project.runs import layout, read, trust
 
-# The run's own settings that a rebuilt experiment must not take over: it writes no run folder and resumes nothing.
+# The run's own settings that a rebuilt experiment must not take over: it writes no run folder, resumes nothing,
+# downloads nothing, and reads data from the data folder the user names (default ``data``, as fit's), never from
+# the folders a copied config names (docs/security.md). The run's callbacks are left out too (ProjectCLI.rebuild).
 REBUILD = [
     "--trainer.logger",
     "false",
@@ -41,6 +44,10 @@ REBUILD = [
     "null",
     "--data.init_args.download",
     "false",
+    "--data.init_args.data_dir",
+    DEFAULT_DATA_DIR,
+    "--data.init_args.source_dir",
+    "null",
     "--ckpt_path",
     "null",
     "--trust_checkpoint",
@@ -48,6 +55,8 @@ REBUILD = [
     "--trainer.enable_progress_bar",
     "false",
     "--trainer.enable_model_summary",
+    "false",
+    "--trainer.enable_checkpointing",
     "false",
 ]
 
@@ -210,7 +219,7 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
     return ProjectCLI(
-        ["--config", str(config), *REBUILD, *overrides, *args],
+        ["--config", str(config), *REBUILD, "--trainer.default_root_dir", str(run), *overrides, *args],
         prog=prog,
         command_options=options,
         usage=command.usage if command is not None else None,
@@ -301,8 +310,25 @@ def command_main(command: Command, argv: list[str] | None = None) -> int:
         load_weights(cli, ckpt, checkpoint)
         return RunJob(run, ckpt, name, checkpoint, cli)
 
+    def work(job: RunJob) -> Any:
+        try:
+            return command.work(job)
+        except DataError as e:
+            raise DataError(f"{e}{data_dir_hint(job)}") from None
+
     with quiet_library_banners():
-        return run_main(make, command.work)
+        return run_main(make, work)
+
+
+def data_dir_hint(job: RunJob) -> str:
+    """Where the run's own config says its data was, as a suggestion: a run-folder command reads the data folder the
+    user names (``--data.data_dir``, default ``data``), not the one a copied config names (docs/security.md)."""
+    used = str(job.cli.config.data.init_args.data_dir)
+    config = read.read_yaml(layout.latest_config(job.run), what="a run's config")
+    named = config.get("data", {}).get("init_args", {}).get("data_dir") if isinstance(config, dict) else None
+    if isinstance(named, str) and named != used:
+        return f" (the run was trained on data in {named}: if that folder is yours, add --data.data_dir {named})"
+    return ""
 
 
 def main_of(command: Command) -> Callable[[list[str] | None], int]:

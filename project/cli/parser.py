@@ -288,6 +288,13 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         # (``checkpoint.*``) is always one: without checkpointing it is left out, and fit tests the final weights.
         # Removed run callbacks (``--lr_monitor null``) are None here; those that write through the logger are
         # left out of a Trainer without one.
+        if self.command_options is not None:
+            # A run-folder command (evaluate, predict, export) rebuilds the run to test or predict, not to train:
+            # the run's callbacks are left out, since a copied config's callbacks may write where they say
+            # (OnExceptionCheckpoint, BatchSizeFinder; docs/security.md). Weights and a slimmed shape load through
+            # the module (project.cli.commands.load_weights), not through callbacks.
+            config["callbacks"] = []  # the config's own trainer.callbacks (Lightning adds ``callbacks`` to these)
+            return []
         logged = bool(config.get("logger"))
         callbacks = [
             c

@@ -18,7 +18,6 @@ same across restarts (deploy/kubernetes/train.yaml gives every pod its Job's uid
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -29,7 +28,8 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 
 from project import adapters
-from project.runs import files, layout, resume
+from project.errors import UnreadableFile
+from project.runs import files, layout, read, resume
 
 log = logging.getLogger("project")
 JOB_FILE = "slurm_job.json"
@@ -51,8 +51,8 @@ def slurm_job() -> str | None:
 def job_of(run: Path) -> str | None:
     """The SLURM job id recorded in a run folder, or None (not written by a SLURM job, or unreadable)."""
     try:
-        data = json.loads((run / JOB_FILE).read_text())
-    except (OSError, ValueError):
+        data = read.read_json(run / JOB_FILE, what="a run's SLURM record")
+    except UnreadableFile:
         return None
     return str(data.get("job")) if isinstance(data, dict) and data.get("job") is not None else None
 
@@ -119,8 +119,8 @@ def record_start(run: Path) -> None:
         return
     path = run / JOB_FILE
     try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
+        data = read.read_json(path, what="a run's SLURM record") if path.is_file() else {}
+    except UnreadableFile:
         data = {}
     data = data if isinstance(data, dict) and data.get("job") == job else {"job": job, "starts": []}
     data["starts"].append(

@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Where extracted data lives unless data.data_dir says otherwise; also the folder the run-folder commands read (a
+# copied run's own data_dir is not followed: docs/security.md).
+DEFAULT_DATA_DIR = "data"
+
 
 class VisionDataModule(L.LightningDataModule):
     """Common logic of the three data modules; use a subclass.
@@ -89,7 +93,7 @@ class VisionDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        data_dir: str = "data",
+        data_dir: str = DEFAULT_DATA_DIR,
         source_dir: str | None = None,
         download: bool = True,
         batch_size: PositiveInt = 64,

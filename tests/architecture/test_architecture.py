@@ -10,7 +10,7 @@ import json
 import grimp
 import pytest
 import yaml
-from helpers import REPO, run_dirs, run_main, tiny_args
+from helpers import REPO, own_data, run_dirs, run_main, tiny_args
 
 ROOT_MODULES = {
     "__init__",
@@ -118,7 +118,7 @@ def test_a_run_written_with_the_old_class_paths_still_runs(tiny_mnist, tmp_path,
         text = text.replace(new, old)
     (run / "config.yaml").write_text(text)
     capsys.readouterr()
-    assert evaluate.main([str(run), "--ckpt", "last"]) == 0
+    assert evaluate.main([str(run), *own_data(run), "--ckpt", "last"]) == 0
     assert json.loads((run / "eval-last-test.json").read_text())["samples"] > 0
     old = tmp_path / "old.yaml"
     old.write_text(text)

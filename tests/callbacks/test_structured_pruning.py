@@ -10,7 +10,7 @@ import warnings
 import lightning as L
 import pytest
 import torch
-from helpers import REPO, results, run_dirs, run_main, run_module, tiny_args
+from helpers import REPO, own_data, results, run_dirs, run_main, run_module, tiny_args
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
@@ -148,7 +148,7 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
     load_weights(cli, last, ckpt)
     assert cli.model.net.widths() == SLIM_LENET
     # evaluate reproduces the run's test accuracy
-    assert evaluate.main([str(run), "--ckpt", "last"]) == 0
+    assert evaluate.main([str(run), *own_data(run), "--ckpt", "last"]) == 0
     assert json.loads((run / "eval-last-test.json").read_text())["acc"] == r["test_acc"]
     image = tmp_path / "x.png"
     Image.new("L", (28, 28), 200).save(image)
@@ -170,7 +170,7 @@ def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypat
     assert hparams.Scalars("test/macs_per_sample")[0].value == r["macs_per_sample"]
     assert hparams.Scalars("test/params_before")[0].value == 431_080
     # export writes the slimmed net (about 46 % of the dense weights) and matches it on real test images
-    assert export.main([str(run), "--ckpt", "last", "--repeats", "1"]) == 0
+    assert export.main([str(run), *own_data(run), "--ckpt", "last", "--repeats", "1"]) == 0
     record = json.loads((run / "export.json").read_text())["onnx"]
     assert record["max_abs_diff"] <= 1e-4 and record["argmax_agree"] == 1.0
     assert record["bytes"] < 0.6 * 4 * 431_080
@@ -372,7 +372,7 @@ def test_model_widths_trains_a_narrow_net_from_scratch(tiny_mnist, tmp_path, mon
     r = results(run)
     assert r["widths"] == SLIM_LENET and r["params"] == r["params_before"] == SLIM_LENET_PARAMS
     assert r["structured_pruning"] is None
-    assert evaluate.main([str(run)]) == 0  # the run's own config builds this shape
+    assert evaluate.main([str(run), *own_data(run)]) == 0  # the run's own config builds this shape
     assert json.loads((run / "eval-best-test.json").read_text())["acc"] == r["test_acc"]
 
 

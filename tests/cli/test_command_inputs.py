@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from helpers import REPO, run_dirs, run_main, tiny_args
+from helpers import REPO, own_data, run_dirs, run_main, tiny_args
 
 from project import evaluate, export, predict
 from project.runs import layout
@@ -62,7 +62,7 @@ def test_fits_resume_and_logger_options_are_refused_by_the_commands(
     extra, expected, run_copy, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
-    assert evaluate.main([str(run_copy), *extra]) == 2
+    assert evaluate.main([str(run_copy), *own_data(run_copy), *extra]) == 2
     assert expected in one_error(capsys)
     assert run_dirs(tmp_path / "logs") == [run_copy] and not (tmp_path / "elsewhere").exists()
 
@@ -77,7 +77,7 @@ def test_an_output_that_cannot_be_written_is_one_line(run_copy, tmp_path, monkey
     for out in ("folder", "", "a-file/under.csv"):
         assert predict.main([str(run_copy), "x.png", "--out", out]) == 2, out
         assert "--out" in one_error(capsys)
-    assert export.main([str(run_copy), "--format", "torchscript", "--out", "a-file/m.pt"]) == 2
+    assert export.main([str(run_copy), *own_data(run_copy), "--format", "torchscript", "--out", "a-file/m.pt"]) == 2
     assert "--out" in one_error(capsys)
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_main
+from helpers import own_data, run_main
 from PIL import Image
 
 from project import summarize
@@ -72,16 +72,16 @@ def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted)
     Image.new("L", (28, 28)).save(good)
     bad.write_bytes(b"not an image")
     cases = [  # the command, its exit status, the start of each line it prints (stdout's, then stderr's), no other
-        (("project.evaluate", str(run)), 0, ["test acc "]),
+        (("project.evaluate", str(run), *own_data(run)), 0, ["test acc "]),
         (
             ("project.predict", str(run), str(good), str(bad), "--out", str(root / "p.csv")),
             1,
             ["1 image(s) classified -> ", f"error: {bad}", "error: 1 of 2 inputs could not be read"],
         ),
-        (("project.export", str(run)), 0, ["onnx: "]),
-        (("project.export", str(run), "--format", "torchscript"), 0, ["torchscript: "]),
-        (("project.export", str(run), "--format", "pt2"), 0, ["pt2: "]),
-        (("project.evaluate", str(run), "--ckpt", str(root / "none.ckpt")), 2, ["error: "]),
+        (("project.export", str(run), *own_data(run)), 0, ["onnx: "]),
+        (("project.export", str(run), *own_data(run), "--format", "torchscript"), 0, ["torchscript: "]),
+        (("project.export", str(run), *own_data(run), "--format", "pt2"), 0, ["pt2: "]),
+        (("project.evaluate", str(run), *own_data(run), "--ckpt", str(root / "none.ckpt")), 2, ["error: "]),
     ]
     for args, status, starts in cases:
         code, lines = command(fitted, *args)

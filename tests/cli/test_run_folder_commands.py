@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import results, run_dirs, run_main, tiny_args
+from helpers import own_data, results, run_dirs, run_main, tiny_args
 
 from project import evaluate, export, predict
 
@@ -54,7 +54,7 @@ def test_evaluate_val_reproduces_the_best_checkpoints_validation_accuracy(tiny_m
     monkeypatch.chdir(tmp_path)
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.max_epochs", "2")) == 0
     (run,) = run_dirs(tmp_path / "logs")
-    assert evaluate.main([str(run), "--split", "val"]) == 0
+    assert evaluate.main([str(run), *own_data(run), "--split", "val"]) == 0
     out = json.loads((run / "eval-best-val.json").read_text())
     assert out["split"] == "val" and out["samples"] == 100  # data.val_size
     assert out["acc"] == pytest.approx(results(run)["best_val_acc"], abs=1e-7)

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, results, run_dirs, run_main, tiny_args
+from helpers import REPO, own_data, results, run_dirs, run_main, tiny_args
 from PIL import Image
 
 from project import evaluate, predict, summarize
@@ -36,7 +36,7 @@ def trained(tiny_mnist, tmp_path, monkeypatch):
 
 
 def test_evaluate_reproduces_the_runs_test_accuracy(trained, capsys):
-    assert evaluate.main([str(trained)]) == 0
+    assert evaluate.main([str(trained), *own_data(trained)]) == 0
     out = json.loads((trained / "eval-best-test.json").read_text())
     r = results(trained)
     assert out["acc"] == r["test_acc"] and out["samples"] == 100
@@ -45,7 +45,21 @@ def test_evaluate_reproduces_the_runs_test_accuracy(trained, capsys):
     per_class = list(out["per_class_acc"].values())
     assert sum(a * n for a, n in zip(per_class, counts)) / counts.sum() == pytest.approx(out["acc"], abs=1e-6)
     # the validation split, the last checkpoint, an override, and the experiment folder standing for its newest run
-    assert evaluate.main([str(trained.parent), "--ckpt", "last", "--split", "val", "--data.batch_size", "7"]) == 0
+    assert (
+        evaluate.main(
+            [
+                str(trained.parent),
+                *own_data(trained.parent),
+                "--ckpt",
+                "last",
+                "--split",
+                "val",
+                "--data.batch_size",
+                "7",
+            ]
+        )
+        == 0
+    )
     val = json.loads((trained / "eval-last-val.json").read_text())
     assert val["samples"] == 100 and 0 <= val["acc"] <= 1
     assert run_dirs(trained.parent.parent) == [trained]  # evaluating wrote no new run
@@ -59,7 +73,7 @@ def test_commands_leave_nothing_in_the_working_directory(trained, tiny_mnist, tm
     monkeypatch.chdir(elsewhere)
     image = elsewhere / "x.png"
     Image.new("L", (28, 28)).save(image)
-    assert evaluate.main([str(trained)]) == 0
+    assert evaluate.main([str(trained), *own_data(trained)]) == 0
     missing = tmp_path / "no-data-here"
     assert predict.main([str(trained), str(image), "--data.data_dir", str(missing), "--out", "p.csv"]) == 0
     assert sorted(p.name for p in elsewhere.iterdir()) == ["p.csv", "x.png"] and not missing.exists()
@@ -126,8 +140,8 @@ def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path,
     Image.new("L", (28, 28)).save(image)
     capsys.readouterr()
     for command in (
-        lambda: evaluate.main([str(trained), "--ckpt", str(evil)]),
-        lambda: evaluate.main([str(evil)]),
+        lambda: evaluate.main([str(trained), *own_data(trained), "--ckpt", str(evil)]),
+        lambda: evaluate.main([str(evil), *own_data(evil)]),
         lambda: predict.main([str(trained), str(image), "--ckpt", str(evil), "--out", str(tmp_path / "p.csv")]),
         lambda: run_main(["--config", str(trained / "config.yaml"), "--ckpt_path", str(evil)]),
     ):
@@ -170,7 +184,7 @@ def test_predict_matches_the_test_path_and_refuses_hostile_images(trained, tiny_
     from project.cli.commands import cli_for_run
     from project.runs.layout import checkpoint_of
 
-    cli = cli_for_run(trained, [], "test")
+    cli = cli_for_run(trained, own_data(trained), "test")
     cli.model.load_state_dict(load_checkpoint(checkpoint_of(trained, "best"))["state_dict"])
     x = torch.stack([dm.test_set[i][0] for i in range(6)])
     with torch.no_grad():
@@ -230,7 +244,7 @@ def test_trainer_predict_works_on_the_test_set_and_on_files(trained, tiny_mnist,
     from project.cli.commands import cli_for_run
     from project.runs.layout import checkpoint_of
 
-    cli = cli_for_run(trained, [], "test")
+    cli = cli_for_run(trained, own_data(trained), "test")
     cli.model.load_state_dict(load_checkpoint(checkpoint_of(trained, "best"))["state_dict"])
     probs = torch.cat(cli.trainer.predict(cli.model, datamodule=cli.datamodule))
     assert probs.shape == (100, 10) and probs.dtype == torch.float32
@@ -250,7 +264,7 @@ def test_trainer_predict_works_on_the_test_set_and_on_files(trained, tiny_mnist,
 def test_export_matches_eager_outputs(trained, fmt, capsys):
     from project import export
 
-    assert export.main([str(trained), "--format", fmt, "--repeats", "2"]) == 0
+    assert export.main([str(trained), *own_data(trained), "--format", fmt, "--repeats", "2"]) == 0
     record = json.loads((trained / "export.json").read_text())[fmt]
     suffix = export.FORMATS[fmt]
     written = trained / f"model-best{suffix}"
@@ -272,7 +286,7 @@ def test_export_of_a_pruned_run_compresses_and_bad_input_is_one_error(tiny_mnist
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *pruned)) == 0
     (run,) = run_dirs(tmp_path / "logs")
     out = tmp_path / "out" / "lenet.onnx"
-    assert export.main([str(run), "--ckpt", "last", "--out", str(out), "--repeats", "1"]) == 0
+    assert export.main([str(run), *own_data(run), "--ckpt", "last", "--out", str(out), "--repeats", "1"]) == 0
     record = json.loads((run / "export.json").read_text())["onnx"]
     assert out.is_file() and record["max_abs_diff"] <= 1e-4
     assert record["gzip_bytes"] < 0.75 * record["bytes"]  # half the weights are exact zeros
@@ -283,6 +297,11 @@ def test_export_of_a_pruned_run_compresses_and_bad_input_is_one_error(tiny_mnist
         err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:") or "error:" in x]
         assert len(err) == 1, err
     # a tolerance onnxruntime's float32 kernels do not meet (they sum in another order): exit 1, nothing written
-    assert export.main([str(run), "--atol", "1e-12", "--out", str(tmp_path / "strict.onnx"), "--repeats", "1"]) == 1
+    assert (
+        export.main(
+            [str(run), *own_data(run), "--atol", "1e-12", "--out", str(tmp_path / "strict.onnx"), "--repeats", "1"]
+        )
+        == 1
+    )
     assert not (tmp_path / "strict.onnx").exists() and not list(tmp_path.glob(".strict*"))
     assert json.loads((run / "export.json").read_text())["onnx"]["file"] == str(out.resolve())

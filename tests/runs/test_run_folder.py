@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import REPO, results, run_dirs, run_main, tiny_args
+from helpers import REPO, own_data, results, run_dirs, run_main, tiny_args
 
 from project import checkpoints, evaluate
 from project.errors import ConfigError
@@ -234,7 +234,7 @@ def test_evaluate_never_writes_through_a_planted_link(tiny_mnist, tmp_path, monk
     victim.write_text("secret")
     (run / ".eval-best-test.json.tmp").symlink_to(victim)
     (run / "eval-best-test.json").symlink_to(victim)
-    assert evaluate.main([str(run)]) == 0
+    assert evaluate.main([str(run), *own_data(run)]) == 0
     assert victim.read_text() == "secret"
     assert not (run / "eval-best-test.json").is_symlink()
     assert '"acc"' in (run / "eval-best-test.json").read_text()

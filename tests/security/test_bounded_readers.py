@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from project import summarize
+from project.cluster import slurm
 from project.errors import UnreadableFile
 from project.runs import layout, read, resume
 from project.summary import collect
@@ -294,6 +295,7 @@ READERS = {  # file name -> (what reads it, what it gives for a FIFO there: None
     "metrics.csv": (layout.read_epoch_metrics, "[]"),
     "trial.json": (sweep_trial._read_trial, "{}"),
     "trial.json:hparams": (lambda run: sweep_trial.ReportToStudy().extra_hparams(run), "{}"),
+    "slurm_job.json": (slurm.job_of, "None"),
 }
 
 

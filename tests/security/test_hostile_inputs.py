@@ -18,7 +18,7 @@ import zipfile
 
 import pytest
 import torch
-from helpers import REPO, run_dirs, run_main, tiny_args
+from helpers import REPO, own_data, run_dirs, run_main, tiny_args
 from PIL import Image
 
 from project import evaluate, export, predict
@@ -64,7 +64,7 @@ def _craft(run, path, expand=False):
 
 
 COMMANDS = {
-    "evaluate": lambda run, ckpt, tmp: evaluate.main([str(run), "--ckpt", str(ckpt)]),
+    "evaluate": lambda run, ckpt, tmp: evaluate.main([str(run), *own_data(run), "--ckpt", str(ckpt)]),
     "predict": lambda run, ckpt, tmp: predict.main(
         [str(run), str(tmp / "x.png"), "--ckpt", str(ckpt), "--out", str(tmp / "p.csv")]
     ),

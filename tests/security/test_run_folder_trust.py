@@ -3,12 +3,15 @@ before anything is imported, and rebuilding it for a command writes nothing outs
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
 
 from project.cli.commands import cli_for_run
 from project.errors import ConfigError
@@ -93,3 +96,96 @@ def test_rebuilding_a_run_downloads_nothing_and_runs_no_profiler(trained_run, tm
     assert cli.datamodule.hparams.download is False
     assert type(cli.trainer.profiler).__name__ == "PassThroughProfiler"
     assert not elsewhere.exists()
+
+
+def snapshot(root: Path, skip: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``root`` outside ``skip``: path -> (size, mtime in ns) of files, (0, 0) of
+    folders (a folder's mtime changes with what is added, which the caller compares by name)."""
+    return {
+        str(p.relative_to(root)): (0, 0) if p.is_dir() else (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in root.rglob("*")
+        if skip not in p.parents and p != skip
+    }
+
+
+def hostile_config(run: Path, elsewhere: Path, source: Path) -> None:
+    """Point every path a run config can name outside the run: data (with real archives to import from), the
+    Trainer's root, a profiler, and callbacks that write where they are told."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["data"]["init_args"].update(data_dir=str(elsewhere / "data"), source_dir=str(source), download=True)
+    config["trainer"]["default_root_dir"] = str(elsewhere / "root")
+    config["trainer"]["profiler"] = {
+        "class_path": "lightning.pytorch.profilers.SimpleProfiler",
+        "init_args": {"dirpath": str(elsewhere / "profiler"), "filename": "perf"},
+    }
+    config["trainer"]["callbacks"] = [
+        {"class_path": "lightning.pytorch.callbacks.OnExceptionCheckpoint", "init_args": {"dirpath": str(elsewhere)}},
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(elsewhere / "c")}},
+        {"class_path": "lightning.pytorch.callbacks.BatchSizeFinder", "init_args": {"max_trials": 1}},
+    ]
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict", "export"])
+def test_a_command_on_a_copied_run_writes_only_its_outputs_and_reads_the_users_data(
+    command, trained_run, tiny_mnist, tmp_path, monkeypatch
+):
+    """docs/security.md: whatever paths a copied config names, a command on the run writes its own outputs only
+    (inside the run, or its ``--out``), imports nothing, downloads nothing, and reads the data folder the user
+    names. Everything else under the test's folder is unchanged, file by file."""
+    from project import evaluate, export, predict
+    from project.data import MNISTDataModule
+
+    run = tmp_path / "logs" / "x" / "version_0"
+    shutil.copytree(trained_run, run)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    hostile_config(run, elsewhere, tiny_mnist["source"])
+    MNISTDataModule(data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"])).prepare_data()
+    image = tmp_path / "in.png"
+    Image.new("L", (28, 28), 200).save(image)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    before = snapshot(tmp_path, run)
+    user = ["--data.data_dir", str(tiny_mnist["data"])]
+    mains = {
+        "evaluate": lambda: evaluate.main([str(run), *user]),
+        "predict": lambda: predict.main([str(run), str(image), *user, "--out", str(work / "p.csv")]),
+        "export": lambda: export.main([str(run), *user, "--repeats", "1"]),
+    }
+    assert mains[command]() == 0
+    after = snapshot(tmp_path, run)
+    added = {"evaluate": set(), "predict": {"work/p.csv"}, "export": set()}[command]
+    assert set(after) - set(before) == added
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing else changed or went
+    written = {p.name for p in run.iterdir()} - {p.name for p in trained_run.iterdir()}
+    assert (
+        written
+        == {"evaluate": {"eval-best-test.json"}, "predict": set(), "export": {"model-best.onnx", "export.json"}}[
+            command
+        ]
+    )
+
+
+def test_evaluate_reads_the_users_data_folder_and_names_the_runs_when_it_is_empty(
+    trained_run, tiny_mnist, tmp_path, monkeypatch, capsys
+):
+    """Without ``--data.data_dir`` a command reads ``data/`` where it runs, as fit does; a copied config's folders
+    (which here hold the archives it could import) are not used, and the error says how to use them."""
+    from project import evaluate
+    from project.data import MNISTDataModule
+
+    run = tmp_path / "logs" / "x" / "version_0"
+    shutil.copytree(trained_run, run)
+    hostile_config(run, tmp_path / "elsewhere", tiny_mnist["source"])
+    monkeypatch.chdir(tmp_path)
+    assert evaluate.main([str(run)]) != 0
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert f"add --data.data_dir {tmp_path / 'elsewhere' / 'data'}" in errors[0]
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "data" / "MNIST").exists()
+    MNISTDataModule(data_dir="data", source_dir=str(tiny_mnist["source"])).prepare_data()  # the user's data/
+    assert evaluate.main([str(run)]) == 0
+    assert json.loads((run / "eval-best-test.json").read_text())["samples"] == 100
