@@ -9,7 +9,8 @@ and ``--trainer.*`` override, so ``--help`` lists them all and a bad value is on
    run (:func:`find_run`);
 2. the run's experiment is rebuilt from its latest config (``config.yaml`` or the newest resume's) through
    :class:`~project.cli.ProjectCLI`, with the command's options and the user's overrides after it, no logger and
-   no resume (nothing is written into the run by rebuilding it; ``--trust_checkpoint`` is off unless given);
+   no resume (nothing is written into the run by rebuilding it; ``--trust_checkpoint`` is off unless given), as
+   one process on one device whatever strategy, devices and nodes the run trained with (:data:`REBUILD`);
 3. ``--ckpt`` (``best``, ``last`` or a file; a checkpoint given as ``RUN`` wins) is loaded with PyTorch's safe
    unpickler (:func:`project.runs.load_checkpoint`) and its weights strictly into the rebuilt model
    (:func:`load_weights`: a slimmed checkpoint's widths first);
@@ -33,8 +34,17 @@ from project.cli.parser import ProjectCLI
 from project.errors import ConfigError
 from project.runs import layout, read, trust
 
-# The run's own settings that a rebuilt experiment must not take over: it writes no run folder and resumes nothing.
+# The run's own settings that a rebuilt experiment must not take over: it writes no run folder, resumes nothing and
+# runs as one process on one device (a run trained with DDP, on several nodes or devices, would otherwise start as
+# many processes again, each classifying its share of predict's inputs into the same CSV); a user's own
+# --trainer.strategy/devices/num_nodes come after these and win.
 REBUILD = [
+    "--trainer.strategy",
+    "auto",
+    "--trainer.devices",
+    "1",
+    "--trainer.num_nodes",
+    "1",
     "--trainer.logger",
     "false",
     "--trainer.profiler",
@@ -193,7 +203,8 @@ def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> Non
 def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None = None) -> ProjectCLI:
     """The run's own experiment, rebuilt from its latest config (``config.yaml`` or the newest resume's).
 
-    No logger and no resume, so nothing is written into the run by rebuilding it; ``args`` are ordinary CLI
+    No logger and no resume, so nothing is written into the run by rebuilding it, and one process on one device
+    (``trainer.strategy: auto``, ``devices: 1``, ``num_nodes: 1``; :data:`REBUILD`); ``args`` are ordinary CLI
     arguments after the config (a command's positionals and options, overrides such as ``--data.data_dir``,
     ``--trainer.accelerator cpu``). The config is read as data first: an import path outside the trusted packages is
     refused (:func:`project.runs.trust.check_import_paths`) unless ``--trust_config true``; no profiler, no download.
