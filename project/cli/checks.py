@@ -9,6 +9,7 @@ error names the file, line and column) and the class paths of older runs (:data:
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -80,7 +81,7 @@ def upgrade_class_paths(args: list[str]) -> list[str]:
     upgraded = []
     for arg in args:
         arg = _MOVED.sub(lambda m: MOVED_CLASS_PATHS[m.group(0)], str(arg))
-        path = Path(arg)
+        path = Path(arg).expanduser()
         if path.suffix.lower() in (".yaml", ".yml", ".json") and path.is_file():
             try:
                 text = path.read_text()
@@ -105,7 +106,7 @@ def check_config_files(args: Any) -> None:
         return
     for arg in args:
         value = str(arg).split("=", 1)[1] if str(arg).startswith("--") and "=" in str(arg) else str(arg)
-        path = Path(value)
+        path = Path(value).expanduser()  # jsonargparse reads --config '~/x.yaml' from the home folder too
         if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.is_file():
             continue
         try:
@@ -162,6 +163,48 @@ def settle_logger(cfg: Any) -> None:
     logger = cfg.trainer.logger
     if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
         logger.init_args.log_graph = False
+
+
+# The keys that name a file or folder, wherever they are in the config (data, loggers, checkpoint callbacks,
+# profilers, the Trainer, fit's --ckpt_path, the run-folder commands' RUN, --ckpt, --out and inputs).
+PATH_KEYS = frozenset(
+    {"data_dir", "source_dir", "save_dir", "root_dir", "dirpath", "default_root_dir", "ckpt_path"}
+    | {"run", "ckpt", "out", "inputs"}
+)
+
+
+def expand_user(value: Any) -> Any:
+    """``value`` with a leading ``~`` or ``~user`` expanded to the home folder (``os.path.expanduser``, as
+    torchvision does for its ``root``): a string, or each string of a list; anything else unchanged. A URL
+    (``s3://...``) is left alone."""
+    if isinstance(value, list):
+        return [expand_user(v) for v in value]
+    if isinstance(value, str) and value.startswith("~"):
+        return os.path.expanduser(value)
+    return value
+
+
+def settle_user_paths(cfg: Any) -> None:
+    """``~`` in every path option (:data:`PATH_KEYS`, at any depth: ``data.init_args.data_dir``, each logger's
+    ``save_dir``, ``checkpoint.dirpath``, a callback's or profiler's ``dirpath``, ``ckpt_path``, a command's
+    ``--out``...) means the home folder, as a shell would read it unquoted: a YAML value or a quoted argument is
+    expanded here, before any folder is checked or created (else a folder literally named ``~`` was created in the
+    working directory). The run's ``config.yaml`` records the expanded path."""
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+            return
+        if not hasattr(node, "__dict__") or isinstance(node, type):
+            return
+        for key, value in vars(node).items():
+            if key in PATH_KEYS:
+                setattr(node, key, expand_user(value))
+            else:
+                walk(value)
+
+    walk(cfg)
 
 
 def check_checkpoint_io(cfg: Any) -> None:
@@ -258,6 +301,7 @@ def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
 
 # Every command's checks, in the order they run (then check_no_twins, check_trainer_ranges and the data folders).
 CHECKS: tuple[Callable[[Any], None], ...] = (
+    settle_user_paths,
     check_benchmark_vs_deterministic,
     settle_auto_precision,
     settle_logger,

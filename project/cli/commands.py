@@ -137,7 +137,7 @@ def find_run(spec: str | Path) -> Path:
     Raises:
         ConfigError: nothing that holds a run's ``config.yaml``.
     """
-    path = Path(spec)
+    path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".ckpt":
         run = layout.run_of_checkpoint(path)
         if run is not None:
@@ -165,10 +165,10 @@ def command_checkpoint(spec: str, which: str) -> tuple[Path, Path, str]:
     """
     run = find_run(spec)
     if Path(spec).suffix == ".ckpt":
-        return run, Path(spec), Path(spec).stem
+        return run, Path(spec).expanduser(), Path(spec).stem
     if which in ("best", "last"):
         return run, layout.checkpoint_of(run, which), which
-    path = Path(which)
+    path = Path(which).expanduser()
     if not path.is_file():
         raise ConfigError(f"--ckpt: {which} is neither best, last nor a checkpoint file")
     return run, path, path.stem
