@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters
 from project.errors import ConfigError, yaml_problem
-from project.runs import files
+from project.runs import files, layout
 
 # Trainer settings Lightning uses without checking them first: these values crashed deep in a loop
 # (ZeroDivisionError, IndexError), were reported against another key, or trained with a meaningless setting.
@@ -205,6 +206,54 @@ def settle_user_paths(cfg: Any) -> None:
                 walk(value)
 
     walk(cfg)
+
+
+def draw_seed() -> int:
+    """A seed for ``seed_everything: true``, as Lightning's ``seed_everything(None)`` chooses one: the seed of the
+    process that started this one (``PL_GLOBAL_SEED``, which Lightning passes on to the DDP processes it launches)
+    in a process of a multi-process run, else a new random one in Lightning's range, 0 .. 2**32 - 1."""
+    inherited = os.environ.get("PL_GLOBAL_SEED")
+    if launched_processes() > 1 and inherited is not None and inherited.isdigit():
+        return int(inherited)
+    return secrets.randbelow(2**32)
+
+
+def launched_processes() -> int:
+    """How many processes a launcher started for this run (``WORLD_SIZE``: torchrun, Lightning's own DDP launcher;
+    ``SLURM_NTASKS``: srun); 1 outside one."""
+    counts = [os.environ.get("WORLD_SIZE", "1"), os.environ.get("SLURM_NTASKS", "1")]
+    return max(int(c) if c.isdigit() else 1 for c in counts)
+
+
+def settle_seed(cfg: Any) -> None:
+    """``seed_everything: true`` (Lightning: "a random seed") becomes the seed drawn for this run
+    (:func:`draw_seed`, already given to ``data.seed`` by the parser's link), so that ``config.yaml``,
+    ``results.json`` and HPARAMS record it and the run repeats exactly from its ``config.yaml``. A resume
+    (``ckpt_path``) continues with the seed its run recorded (the same split and shuffling order).
+
+    Raises:
+        ConfigError: ``false`` (no seed: the split and shuffling need one), or ``true`` in processes started by
+            torchrun or srun, which would each draw their own.
+    """
+    if cfg.seed_everything is False:
+        raise ConfigError(
+            "seed_everything: false leaves the run unseeded, but the train/val split and the shuffling need a seed; "
+            "give an int, or true for a random one (recorded in config.yaml and results.json)"
+        )
+    if cfg.seed_everything is not True:
+        return
+    seed = cfg.data.init_args.seed
+    run = layout.run_of_checkpoint(Path(cfg.ckpt_path)) if cfg.ckpt_path is not None else None
+    config = layout.read_latest_config(run) if run is not None else None
+    recorded = config.get("seed_everything") if isinstance(config, dict) else None
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        seed = recorded
+    elif launched_processes() > 1 and os.environ.get("PL_GLOBAL_SEED") is None:
+        raise ConfigError(
+            f"seed_everything: true would draw a different seed in each of the {launched_processes()} processes "
+            "torchrun or srun started (different train/val splits); give an int"
+        )
+    cfg.seed_everything = cfg.data.init_args.seed = seed
 
 
 def check_checkpoint_io(cfg: Any) -> None:

@@ -137,6 +137,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         # a run-folder command (project.commands) adds its own options to this one parser
         self.command_options = command_options
         self.claimed: list[Path] = []  # the folders this command claimed (claims.release: those still empty)
+        self.drawn_seed: int | None = None  # seed_everything: true
         ddp.register_strategies()  # every ddp* strategy name binds its rendezvous to one address
         kwargs["description"] = f"{kwargs.get('description', '')}\n\n{HELP_OVERVIEW}".strip()
         usage = usage or (
@@ -208,8 +209,9 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         parser.add_lightning_class_args(CudnnFlags, "cudnn")
         for key, (base, _, _) in RUN_CALLBACKS.items():
             parser.add_lightning_class_args(base, key, subclass_mode=True, required=False)
-        # One seed: the split and shuffling order follow seed_everything.
-        parser.link_arguments("seed_everything", "data.init_args.seed")
+        # One seed: the split and shuffling order follow seed_everything (``true``: the seed drawn for the run, which
+        # prepare_config then records as seed_everything: checks.settle_seed).
+        parser.link_arguments("seed_everything", "data.init_args.seed", compute_fn=self.data_seed)
         parser.link_arguments("data", "model.num_classes", compute_fn=lambda d: d.num_classes, apply_on="instantiate")
         parser.link_arguments("data", "model.input_shape", compute_fn=lambda d: d.input_shape, apply_on="instantiate")
         parser.set_defaults(
@@ -229,6 +231,16 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         if self.command_options is not None:
             self.command_options(parser)
         adapters.prefer_int_over_float(parser)
+
+    def data_seed(self, seed: bool | int) -> int:
+        """``data.seed`` for ``seed_everything``: the int itself; for ``true`` (Lightning: "a random seed") one seed
+        drawn per command (:func:`checks.draw_seed`); ``false`` maps to 0 here and is refused by
+        :func:`checks.settle_seed`."""
+        if seed is True:
+            if self.drawn_seed is None:
+                self.drawn_seed = checks.draw_seed()
+            return self.drawn_seed
+        return 0 if seed is False else seed
 
     def prepare_config(self) -> None:
         """Check the parsed config and settle what it leaves open, before anything is built or written: conflicting
@@ -253,6 +265,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             cfg.ckpt_path = str(resume.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
             checkpoints.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
             resume.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
+        checks.settle_seed(cfg)
         self.claim_run_folder()
 
     def claim_run_folder(self) -> None:
