@@ -9,6 +9,7 @@ error names the file, line and column) and the class paths of older runs (:data:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import secrets
@@ -256,6 +257,17 @@ def settle_seed(cfg: Any) -> None:
     cfg.seed_everything = cfg.data.init_args.seed = seed
 
 
+def check_precision_available(cfg: Any) -> None:
+    """``trainer.precision: transformer-engine`` (or ``-float16``) needs NVIDIA's Transformer Engine package; without
+    it Lightning raised a ``ModuleNotFoundError`` traceback while building the Trainer."""
+    precision = str(cfg.trainer.precision)
+    if precision.startswith("transformer-engine") and importlib.util.find_spec("transformer_engine") is None:
+        raise ConfigError(
+            f"trainer.precision: {precision} needs NVIDIA's Transformer Engine (pip install transformer_engine) and "
+            "a CUDA GPU; without them use bf16-mixed, 16-mixed or 32-true"
+        )
+
+
 def check_checkpoint_io(cfg: Any) -> None:
     """``trainer.plugins`` keeps a ``CheckpointIO`` (checkpoints written whole)."""
     if not any(_names_subclass(p, CheckpointIO) for p in _as_list(cfg.trainer.get("plugins"))):
@@ -353,6 +365,7 @@ CHECKS: tuple[Callable[[Any], None], ...] = (
     settle_user_paths,
     check_benchmark_vs_deterministic,
     settle_auto_precision,
+    check_precision_available,
     settle_logger,
     check_checkpoint_io,
     check_one_metrics_csv,
