@@ -177,6 +177,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         if args is not None:
             sys.argv = argv[:1]
         try:
+            self.check_before_printing(parser, list(args) if isinstance(args, list | tuple) else [])
             super().parse_arguments(parser, args)
         except ArgumentError as e:  # with the parser, whose declared types explain_parse_error looks up
             raise ParseError(e, parser) from e
@@ -252,21 +253,48 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             ConfigError: one line naming the key and the fix.
         """
         cfg = self.config
-        for check in checks.CHECKS:
-            check(cfg)
-        checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
-        checks.check_trainer_ranges(cfg)
+        self.check_config(cfg)
         slurm.prepare(cfg)  # under SLURM: a requeued job resumes its own run
-
-        checks.check_data_dir(cfg)
-        if self.command_options is None:  # fit
-            checks.check_source_dir(cfg)
         if cfg.ckpt_path is not None:
             cfg.ckpt_path = str(resume.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
             checkpoints.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
             resume.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
         checks.settle_seed(cfg)
         self.claim_run_folder()
+
+    def check_config(self, cfg: Any) -> None:
+        """The config checks of :meth:`prepare_config` (:data:`checks.CHECKS` and the rest), which settle ``cfg``
+        in place and write nothing.
+
+        Raises:
+            ConfigError: one line naming the key and the fix.
+        """
+        for check in checks.CHECKS:
+            check(cfg)
+        checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
+        checks.check_trainer_ranges(cfg)
+        checks.check_data_dir(cfg)
+        if self.command_options is None:  # fit
+            checks.check_source_dir(cfg)
+
+    def check_before_printing(self, parser: LightningArgumentParser, args: list[str]) -> None:
+        """``--print_config`` prints the config and exits while jsonargparse parses, before :meth:`prepare_config`:
+        a config the checks refuse (``--throughput null``) was printed, and ``fit --config`` of that file refused.
+        So the same checks run first on the config without ``--print_config`` (a copy: what is printed is what was
+        given); a parse error is left to the parse that follows, which reports it.
+
+        Raises:
+            ConfigError: one line naming the key and the fix; nothing is printed.
+        """
+        plain = [a for a in args if a != "--print_config" and not str(a).startswith("--print_config=")]
+        if len(plain) == len(args):
+            return
+        try:
+            cfg = parser.parse_args(plain)
+        except ArgumentError:
+            return
+        self.check_config(cfg)
+        checks.settle_seed(cfg)
 
     def claim_run_folder(self) -> None:
         """Claim this run's folder before the Trainer exists (global rank 0 only), and point the logger at it.
