@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import warnings
@@ -269,6 +270,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         Raises:
             ConfigError: one line naming the key and the fix.
         """
+        self.settle_default_logger(cfg)
         for check in checks.CHECKS:
             check(cfg)
         checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
@@ -276,6 +278,13 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         checks.check_data_dir(cfg)
         if self.command_options is None:  # fit
             checks.check_source_dir(cfg)
+
+    def settle_default_logger(self, cfg: Any) -> None:
+        """``trainer.logger: null`` (or ``true``) is the default logger, as Lightning documents for its Trainer: here
+        the run's own (:data:`DEFAULT_LOGGER`, a run folder under ``logs/``), not Lightning's ``lightning_logs/``
+        in the working directory without the run's config, metrics and learning rate. ``false``: no logger."""
+        if cfg.trainer.logger is None or cfg.trainer.logger is True:
+            cfg.trainer.logger = copy.deepcopy(self.parser.get_defaults().trainer.logger)
 
     def check_before_printing(self, parser: LightningArgumentParser, args: list[str]) -> None:
         """``--print_config`` prints the config and exits while jsonargparse parses, before :meth:`prepare_config`:
