@@ -200,7 +200,16 @@ class ImageClassifier(L.LightningModule):
             self._compiled = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits (N, num_classes) for a float batch (N, C, H, W)."""
+        """Logits (N, num_classes) for a float batch (N, C, H, W), in the net's dtype.
+
+        A float batch is cast to the dtype of the net's weights first: under a ``*-true`` precision
+        (``bf16-true``, ``16-true``, ``64-true``) Lightning's precision plugin casts the weights and every batch of
+        a step (``convert_input``), but not the ``example_input_array`` its ``ModelSummary`` runs through the
+        net at the start of fit (Lightning 2.6: "Input type (float) and bias type (c10::BFloat16) should be the
+        same"), nor a float32 batch given to the module directly. Otherwise the cast is a no-op."""
+        dtype = next(self.net.parameters()).dtype
+        if x.is_floating_point() and x.dtype != dtype:
+            x = x.to(dtype)
         if self.hparams.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return self.net(x)

@@ -88,10 +88,16 @@ def predict(job: RunJob) -> int:
     ``predict_dataloader``), writing the CSV as it goes (:class:`CsvRows`); return the number of rows.
 
     Raises:
-        ConfigError: ``trainer.limit_predict_batches`` is set (it would leave inputs out); nothing is written.
+        ConfigError: ``trainer.limit_predict_batches`` is set (it would leave inputs out), or the command line asks
+            for more than one process (``--trainer.devices 2``); nothing is written.
         UserError: some inputs could not be read (after the others were classified and written; exit 1).
     """
     model, data, options = job.cli.model, job.cli.datamodule, job.options
+    if job.cli.trainer.world_size > 1:  # each process would write its share of the inputs into the same CSV
+        raise ConfigError(
+            f"trainer.devices/num_nodes: {job.cli.trainer.world_size} processes; predict runs as one process (the "
+            "default), drop --trainer.devices, --trainer.num_nodes and --trainer.strategy"
+        )
     out = Path(options.out)
     if out.is_dir():
         raise ConfigError(f"--out {options.out!r} is a folder; give a file name")

@@ -54,14 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", metavar="DIR", help="folder for summary.* and plots (default: the first FOLDER)")
     p.add_argument("--no_plots", action="store_true", help="skip the PNG plots")
     ns = p.parse_args(argv)
-    roots = [Path(r) for r in ns.roots]
+    roots = [Path(r).expanduser() for r in ns.roots]
     try:
         found = collect(roots)
         table, stats = summarize(roots, ns.metrics, ns.by, found)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(ns.out) if ns.out else (roots[0] if layout.version_of(roots[0]) is None else roots[0].parent)
+    first = roots[0] if layout.version_of(roots[0]) is None else roots[0].parent
+    out = Path(ns.out).expanduser() if ns.out else first
     out.mkdir(parents=True, exist_ok=True)
     files.write_text(out / "summary.md", table)
     files.write_text(out / "summary.csv", groups_csv(stats, ns.metrics))

@@ -130,7 +130,8 @@ class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
 
 
 class StepLearningRateMonitor(LearningRateMonitor):
-    """Lightning's ``LearningRateMonitor`` (``lr-<Optimizer>`` tags), logging at every optimizer step.
+    """Lightning's ``LearningRateMonitor`` (``lr-<Optimizer>`` tags), logging once at every optimizer step (with
+    ``trainer.accumulate_grad_batches``, at the first batch of each step's accumulation).
 
     The stock callback logs only every ``trainer.log_every_n_steps`` steps (none at all in a run shorter
     than that); one scalar per step costs nothing measurable next to a training step. Takes the parent's
@@ -145,9 +146,19 @@ class StepLearningRateMonitor(LearningRateMonitor):
 
     def __init__(self, log_momentum: bool = False, log_weight_decay: bool = False) -> None:
         super().__init__(logging_interval="step", log_momentum=log_momentum, log_weight_decay=log_weight_decay)
+        self.logged_step: int | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self.logged_step = None  # a new fit (or a resume) with this callback object starts logging again
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        # once per optimizer step: with trainer.accumulate_grad_batches N, the N batches of one step share its rate
+        step = adapters.optimizer_steps(trainer)
+        if step == self.logged_step:
+            return
         stats = adapters.lr_stats(self, trainer)
         if stats:
+            self.logged_step = step
             for logger in trainer.loggers:
-                logger.log_metrics(stats, step=adapters.optimizer_steps(trainer))
+                logger.log_metrics(stats, step=step)

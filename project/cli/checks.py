@@ -9,7 +9,10 @@ error names the file, line and column) and the class paths of older runs (:data:
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import re
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters
 from project.errors import ConfigError, yaml_problem
-from project.runs import files
+from project.runs import files, layout
 
 # Trainer settings Lightning uses without checking them first: these values crashed deep in a loop
 # (ZeroDivisionError, IndexError), were reported against another key, or trained with a meaningless setting.
@@ -80,7 +83,7 @@ def upgrade_class_paths(args: list[str]) -> list[str]:
     upgraded = []
     for arg in args:
         arg = _MOVED.sub(lambda m: MOVED_CLASS_PATHS[m.group(0)], str(arg))
-        path = Path(arg)
+        path = Path(arg).expanduser()
         if path.suffix.lower() in (".yaml", ".yml", ".json") and path.is_file():
             try:
                 text = path.read_text()
@@ -105,7 +108,7 @@ def check_config_files(args: Any) -> None:
         return
     for arg in args:
         value = str(arg).split("=", 1)[1] if str(arg).startswith("--") and "=" in str(arg) else str(arg)
-        path = Path(value)
+        path = Path(value).expanduser()  # jsonargparse reads --config '~/x.yaml' from the home folder too
         if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.is_file():
             continue
         try:
@@ -162,6 +165,107 @@ def settle_logger(cfg: Any) -> None:
     logger = cfg.trainer.logger
     if cfg.model.compile and getattr(getattr(logger, "init_args", None), "log_graph", False):
         logger.init_args.log_graph = False
+
+
+# The keys that name a file or folder, wherever they are in the config (data, loggers, checkpoint callbacks,
+# profilers, the Trainer, fit's --ckpt_path, the run-folder commands' RUN, --ckpt, --out and inputs).
+PATH_KEYS = frozenset(
+    {"data_dir", "source_dir", "save_dir", "root_dir", "dirpath", "default_root_dir", "ckpt_path"}
+    | {"run", "ckpt", "out", "inputs"}
+)
+
+
+def expand_user(value: Any) -> Any:
+    """``value`` with a leading ``~`` or ``~user`` expanded to the home folder (``os.path.expanduser``, as
+    torchvision does for its ``root``): a string, or each string of a list; anything else unchanged. A URL
+    (``s3://...``) is left alone."""
+    if isinstance(value, list):
+        return [expand_user(v) for v in value]
+    if isinstance(value, str) and value.startswith("~"):
+        return os.path.expanduser(value)
+    return value
+
+
+def settle_user_paths(cfg: Any) -> None:
+    """``~`` in every path option (:data:`PATH_KEYS`, at any depth: ``data.init_args.data_dir``, each logger's
+    ``save_dir``, ``checkpoint.dirpath``, a callback's or profiler's ``dirpath``, ``ckpt_path``, a command's
+    ``--out``...) means the home folder, as a shell would read it unquoted: a YAML value or a quoted argument is
+    expanded here, before any folder is checked or created (else a folder literally named ``~`` was created in the
+    working directory). The run's ``config.yaml`` records the expanded path."""
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+            return
+        if not hasattr(node, "__dict__") or isinstance(node, type):
+            return
+        for key, value in vars(node).items():
+            if key in PATH_KEYS:
+                setattr(node, key, expand_user(value))
+            else:
+                walk(value)
+
+    walk(cfg)
+
+
+def draw_seed() -> int:
+    """A seed for ``seed_everything: true``, as Lightning's ``seed_everything(None)`` chooses one: the seed of the
+    process that started this one (``PL_GLOBAL_SEED``, which Lightning passes on to the DDP processes it launches)
+    in a process of a multi-process run, else a new random one in Lightning's range, 0 .. 2**32 - 1."""
+    inherited = os.environ.get("PL_GLOBAL_SEED")
+    if launched_processes() > 1 and inherited is not None and inherited.isdigit():
+        return int(inherited)
+    return secrets.randbelow(2**32)
+
+
+def launched_processes() -> int:
+    """How many processes a launcher started for this run (``WORLD_SIZE``: torchrun, Lightning's own DDP launcher;
+    ``SLURM_NTASKS``: srun); 1 outside one."""
+    counts = [os.environ.get("WORLD_SIZE", "1"), os.environ.get("SLURM_NTASKS", "1")]
+    return max(int(c) if c.isdigit() else 1 for c in counts)
+
+
+def settle_seed(cfg: Any) -> None:
+    """``seed_everything: true`` (Lightning: "a random seed") becomes the seed drawn for this run
+    (:func:`draw_seed`, already given to ``data.seed`` by the parser's link), so that ``config.yaml``,
+    ``results.json`` and HPARAMS record it and the run repeats exactly from its ``config.yaml``. A resume
+    (``ckpt_path``) continues with the seed its run recorded (the same split and shuffling order).
+
+    Raises:
+        ConfigError: ``false`` (no seed: the split and shuffling need one), or ``true`` in processes started by
+            torchrun or srun, which would each draw their own.
+    """
+    if cfg.seed_everything is False:
+        raise ConfigError(
+            "seed_everything: false leaves the run unseeded, but the train/val split and the shuffling need a seed; "
+            "give an int, or true for a random one (recorded in config.yaml and results.json)"
+        )
+    if cfg.seed_everything is not True:
+        return
+    seed = cfg.data.init_args.seed
+    run = layout.run_of_checkpoint(Path(cfg.ckpt_path)) if cfg.ckpt_path is not None else None
+    config = layout.read_latest_config(run) if run is not None else None
+    recorded = config.get("seed_everything") if isinstance(config, dict) else None
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        seed = recorded
+    elif launched_processes() > 1 and os.environ.get("PL_GLOBAL_SEED") is None:
+        raise ConfigError(
+            f"seed_everything: true would draw a different seed in each of the {launched_processes()} processes "
+            "torchrun or srun started (different train/val splits); give an int"
+        )
+    cfg.seed_everything = cfg.data.init_args.seed = seed
+
+
+def check_precision_available(cfg: Any) -> None:
+    """``trainer.precision: transformer-engine`` (or ``-float16``) needs NVIDIA's Transformer Engine package; without
+    it Lightning raised a ``ModuleNotFoundError`` traceback while building the Trainer."""
+    precision = str(cfg.trainer.precision)
+    if precision.startswith("transformer-engine") and importlib.util.find_spec("transformer_engine") is None:
+        raise ConfigError(
+            f"trainer.precision: {precision} needs NVIDIA's Transformer Engine (pip install transformer_engine) and "
+            "a CUDA GPU; without them use bf16-mixed, 16-mixed or 32-true"
+        )
 
 
 def check_checkpoint_io(cfg: Any) -> None:
@@ -258,8 +362,10 @@ def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
 
 # Every command's checks, in the order they run (then check_no_twins, check_trainer_ranges and the data folders).
 CHECKS: tuple[Callable[[Any], None], ...] = (
+    settle_user_paths,
     check_benchmark_vs_deterministic,
     settle_auto_precision,
+    check_precision_available,
     settle_logger,
     check_checkpoint_io,
     check_one_metrics_csv,

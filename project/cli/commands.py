@@ -9,7 +9,8 @@ and ``--trainer.*`` override, so ``--help`` lists them all and a bad value is on
    run (:func:`find_run`);
 2. the run's experiment is rebuilt from its latest config (``config.yaml`` or the newest resume's) through
    :class:`~project.cli.ProjectCLI`, with the command's options and the user's overrides after it, no logger and
-   no resume (nothing is written into the run by rebuilding it; ``--trust_checkpoint`` is off unless given);
+   no resume (nothing is written into the run by rebuilding it; ``--trust_checkpoint`` is off unless given), as
+   one process on one device whatever strategy, devices and nodes the run trained with (:data:`REBUILD`);
 3. ``--ckpt`` (``best``, ``last`` or a file; a checkpoint given as ``RUN`` wins) is loaded with PyTorch's safe
    unpickler (:func:`project.runs.load_checkpoint`) and its weights strictly into the rebuilt model
    (:func:`load_weights`: a slimmed checkpoint's widths first);
@@ -35,9 +36,18 @@ from project.errors import ConfigError, DataError
 from project.runs import layout, read, trust
 
 # The run's own settings that a rebuilt experiment must not take over: it writes no run folder, resumes nothing,
-# downloads nothing, and reads data from the data folder the user names (default ``data``, as fit's), never from
-# the folders a copied config names (docs/security.md). The run's callbacks are left out too (ProjectCLI.rebuild).
+# downloads nothing, runs as one process on one device (a run trained with DDP, on several nodes or devices, would
+# otherwise start as many processes again, each classifying its share of predict's inputs into the same CSV), and
+# reads data from the data folder the user names (default ``data``, as fit's), never from the folders a copied
+# config names (docs/security.md). The run's callbacks are left out too (ProjectCLI.trainer_callbacks). The user's
+# own options come after these and win.
 REBUILD = [
+    "--trainer.strategy",
+    "auto",
+    "--trainer.devices",
+    "1",
+    "--trainer.num_nodes",
+    "1",
     "--trainer.logger",
     "false",
     "--trainer.profiler",
@@ -136,7 +146,7 @@ def find_run(spec: str | Path) -> Path:
     Raises:
         ConfigError: nothing that holds a run's ``config.yaml``.
     """
-    path = Path(spec)
+    path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".ckpt":
         run = layout.run_of_checkpoint(path)
         if run is not None:
@@ -164,10 +174,10 @@ def command_checkpoint(spec: str, which: str) -> tuple[Path, Path, str]:
     """
     run = find_run(spec)
     if Path(spec).suffix == ".ckpt":
-        return run, Path(spec), Path(spec).stem
+        return run, Path(spec).expanduser(), Path(spec).stem
     if which in ("best", "last"):
         return run, layout.checkpoint_of(run, which), which
-    path = Path(which)
+    path = Path(which).expanduser()
     if not path.is_file():
         raise ConfigError(f"--ckpt: {which} is neither best, last nor a checkpoint file")
     return run, path, path.stem
@@ -202,7 +212,8 @@ def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> Non
 def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None = None) -> ProjectCLI:
     """The run's own experiment, rebuilt from its latest config (``config.yaml`` or the newest resume's).
 
-    No logger and no resume, so nothing is written into the run by rebuilding it; ``args`` are ordinary CLI
+    No logger and no resume, so nothing is written into the run by rebuilding it, and one process on one device
+    (``trainer.strategy: auto``, ``devices: 1``, ``num_nodes: 1``; :data:`REBUILD`); ``args`` are ordinary CLI
     arguments after the config (a command's positionals and options, overrides such as ``--data.data_dir``,
     ``--trainer.accelerator cpu``). The config is read as data first: an import path outside the trusted packages is
     refused (:func:`project.runs.trust.check_import_paths`) unless ``--trust_config true``; no profiler, no download.

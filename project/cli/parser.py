@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import warnings
@@ -137,6 +138,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         # a run-folder command (project.commands) adds its own options to this one parser
         self.command_options = command_options
         self.claimed: list[Path] = []  # the folders this command claimed (claims.release: those still empty)
+        self.drawn_seed: int | None = None  # seed_everything: true
         ddp.register_strategies()  # every ddp* strategy name binds its rendezvous to one address
         kwargs["description"] = f"{kwargs.get('description', '')}\n\n{HELP_OVERVIEW}".strip()
         usage = usage or (
@@ -176,6 +178,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         if args is not None:
             sys.argv = argv[:1]
         try:
+            self.check_before_printing(parser, list(args) if isinstance(args, list | tuple) else [])
             super().parse_arguments(parser, args)
         except ArgumentError as e:  # with the parser, whose declared types explain_parse_error looks up
             raise ParseError(e, parser) from e
@@ -208,8 +211,9 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         parser.add_lightning_class_args(CudnnFlags, "cudnn")
         for key, (base, _, _) in RUN_CALLBACKS.items():
             parser.add_lightning_class_args(base, key, subclass_mode=True, required=False)
-        # One seed: the split and shuffling order follow seed_everything.
-        parser.link_arguments("seed_everything", "data.init_args.seed")
+        # One seed: the split and shuffling order follow seed_everything (``true``: the seed drawn for the run, which
+        # prepare_config then records as seed_everything: checks.settle_seed).
+        parser.link_arguments("seed_everything", "data.init_args.seed", compute_fn=self.data_seed)
         parser.link_arguments("data", "model.num_classes", compute_fn=lambda d: d.num_classes, apply_on="instantiate")
         parser.link_arguments("data", "model.input_shape", compute_fn=lambda d: d.input_shape, apply_on="instantiate")
         parser.set_defaults(
@@ -230,6 +234,16 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             self.command_options(parser)
         adapters.prefer_int_over_float(parser)
 
+    def data_seed(self, seed: bool | int) -> int:
+        """``data.seed`` for ``seed_everything``: the int itself; for ``true`` (Lightning: "a random seed") one seed
+        drawn per command (:func:`checks.draw_seed`); ``false`` maps to 0 here and is refused by
+        :func:`checks.settle_seed`."""
+        if seed is True:
+            if self.drawn_seed is None:
+                self.drawn_seed = checks.draw_seed()
+            return self.drawn_seed
+        return 0 if seed is False else seed
+
     def prepare_config(self) -> None:
         """Check the parsed config and settle what it leaves open, before anything is built or written: conflicting
         or out-of-range Trainer settings, removed run callbacks that must stay, unusable folders, ``auto_precision``,
@@ -240,20 +254,56 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             ConfigError: one line naming the key and the fix.
         """
         cfg = self.config
-        for check in checks.CHECKS:
-            check(cfg)
-        checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
-        checks.check_trainer_ranges(cfg)
+        self.check_config(cfg)
         slurm.prepare(cfg)  # under SLURM: a requeued job resumes its own run
-
-        checks.check_data_dir(cfg)
-        if self.command_options is None:  # fit
-            checks.check_source_dir(cfg)
         if cfg.ckpt_path is not None:
             cfg.ckpt_path = str(resume.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
             checkpoints.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
             resume.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
+        checks.settle_seed(cfg)
         self.claim_run_folder()
+
+    def check_config(self, cfg: Any) -> None:
+        """The config checks of :meth:`prepare_config` (:data:`checks.CHECKS` and the rest), which settle ``cfg``
+        in place and write nothing.
+
+        Raises:
+            ConfigError: one line naming the key and the fix.
+        """
+        self.settle_default_logger(cfg)
+        for check in checks.CHECKS:
+            check(cfg)
+        checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
+        checks.check_trainer_ranges(cfg)
+        checks.check_data_dir(cfg)
+        if self.command_options is None:  # fit
+            checks.check_source_dir(cfg)
+
+    def settle_default_logger(self, cfg: Any) -> None:
+        """``trainer.logger: null`` (or ``true``) is the default logger, as Lightning documents for its Trainer: here
+        the run's own (:data:`DEFAULT_LOGGER`, a run folder under ``logs/``), not Lightning's ``lightning_logs/``
+        in the working directory without the run's config, metrics and learning rate. ``false``: no logger."""
+        if cfg.trainer.logger is None or cfg.trainer.logger is True:
+            cfg.trainer.logger = copy.deepcopy(self.parser.get_defaults().trainer.logger)
+
+    def check_before_printing(self, parser: LightningArgumentParser, args: list[str]) -> None:
+        """``--print_config`` prints the config and exits while jsonargparse parses, before :meth:`prepare_config`:
+        a config the checks refuse (``--throughput null``) was printed, and ``fit --config`` of that file refused.
+        So the same checks run first on the config without ``--print_config`` (a copy: what is printed is what was
+        given); a parse error is left to the parse that follows, which reports it.
+
+        Raises:
+            ConfigError: one line naming the key and the fix; nothing is printed.
+        """
+        plain = [a for a in args if a != "--print_config" and not str(a).startswith("--print_config=")]
+        if len(plain) == len(args):
+            return
+        try:
+            cfg = parser.parse_args(plain)
+        except ArgumentError:
+            return
+        self.check_config(cfg)
+        checks.settle_seed(cfg)
 
     def claim_run_folder(self) -> None:
         """Claim this run's folder before the Trainer exists (global rank 0 only), and point the logger at it.

@@ -108,8 +108,9 @@ class VisionDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters(logger=False)
         to_builtin(self.hparams)
-        self.data_dir = Path(data_dir)
-        self.source_dir = Path(source_dir) if source_dir else None
+        # "~" is the home folder, as torchvision's own datasets read their root (os.path.expanduser)
+        self.data_dir = Path(data_dir).expanduser()
+        self.source_dir = Path(source_dir).expanduser() if source_dir else None
         self.train_set: datasets.VisionDataset | None = None
         self.split: tuple[torch.Tensor, torch.Tensor] | None = None
         self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -47,14 +47,14 @@ _ALPHA = {"LA", "La", "PA", "RGBA", "RGBa"}
 
 def image_files(inputs: Sequence[str | Path]) -> list[Path]:
     """The files named, plus the image files (by suffix, :data:`IMAGE_SUFFIXES`) under each folder named,
-    recursively, sorted.
+    recursively, sorted; ``~`` is the home folder.
 
     Raises:
         ConfigError: an input does not exist.
     """
     files: list[Path] = []
     for spec in inputs:
-        path = Path(spec)
+        path = Path(spec).expanduser()
         if path.is_dir():
             files += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
         elif path.is_file():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,6 +49,10 @@ class RunTensorBoardLogger(_TensorBoardLogger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.graph_done = False
+
+    # the parent's arguments, as inspect.signature reads them (help(), IDEs, jsonargparse, Lightning's own logger
+    # tests, which pass save_dir only to a logger whose signature names it)
+    __init__.__signature__ = inspect.signature(_TensorBoardLogger.__init__)  # type: ignore[attr-defined]
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:

@@ -3,6 +3,7 @@ the password.
 
 * :func:`open_storage`: SQLite (serializable transactions, so that one queued trial goes to one worker) or any
   RDB URL (PostgreSQL), with heartbeats that let a dead worker's trial be failed and retried.
+* :func:`expand_user`: ``~`` in an SQLite URL's file is the home folder.
 * :func:`shown` / :func:`scrubbed`: a URL, or a text holding one, with its password replaced by ``***``: what
   gets printed, logged or written.
 """
@@ -10,6 +11,7 @@ the password.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -70,6 +72,16 @@ def _rdb(url: str, engine_kwargs: dict[str, Any], heartbeat_s: float | None, max
             "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry),
         }
     return RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+
+
+def expand_user(url: str) -> str:
+    """An SQLite URL whose database file starts with ``~`` (``sqlite:///~/studies/x.db``) with the home folder in
+    its place (``os.path.expanduser``; SQLite would open a file under a folder literally named ``~``); any other URL
+    unchanged."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and url[len(prefix) :].startswith("~"):
+        return prefix + os.path.expanduser(url[len(prefix) :])
+    return url
 
 
 def default_storage(folder: Path) -> str:

@@ -55,7 +55,7 @@ from project.sweep import report as sweep_report
 from project.sweep import server as trial_server
 from project.sweep.config import check_objective, key_path, resolve_base
 from project.sweep.file import Sweep, load_sweep, make_pruner
-from project.sweep.storage import default_storage, open_storage, scrubbed, shown, stable
+from project.sweep.storage import default_storage, expand_user, open_storage, scrubbed, shown, stable
 from project.sweep.trial import (
     Context,
     Surplus,
@@ -66,7 +66,7 @@ from project.sweep.trial import (
 
 def sweep_folder(sweep: Sweep, base: dict[str, Any]) -> Path:
     """``<save_dir>/<name>``: the base logger's ``save_dir`` (default ``logs``) and the sweep's name."""
-    return Path(base["trainer"]["logger"]["init_args"].get("save_dir") or "logs", sweep.name)
+    return Path(base["trainer"]["logger"]["init_args"].get("save_dir") or "logs", sweep.name).expanduser()
 
 
 def load_or_create_study(ctx: Context, create: bool) -> optuna.Study:
@@ -192,6 +192,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     ns, extra = p.parse_known_args(argv)
     # Optuna's own convention (its CLI reads it too): the URL from the environment, out of every process listing.
     ns.storage = ns.storage or os.environ.get("OPTUNA_STORAGE") or None
+    ns.storage = expand_user(ns.storage) if ns.storage else None
     bad = [a for a in extra if a.startswith("-") and not a.startswith("--")]
     if bad or (extra and not extra[0].startswith("--")):
         p.error(f"unrecognized arguments: {' '.join(extra)} (fit overrides look like --trainer.max_epochs 2)")
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ns, extra = parse(argv)
     ctx: Context | None = None
     try:
-        sweep = load_sweep(Path(ns.config), ns.n_trials)
+        sweep = load_sweep(Path(ns.config).expanduser(), ns.n_trials)
         base = resolve_base(sweep, extra)
         for p in sweep.space:
             key_path(base, p.key)

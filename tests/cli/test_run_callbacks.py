@@ -183,3 +183,21 @@ def test_summaries_ignore_exactly_the_run_callbacks_keys():
     from project.summary.collect import IGNORED
 
     assert tuple(RUN_CALLBACKS) == RUN_CALLBACK_KEYS and set(RUN_CALLBACK_KEYS) <= set(IGNORED)
+
+
+@pytest.mark.parametrize("value", ["null", "true"])
+def test_logger_null_is_the_default_logger_in_a_run_folder(value, tiny_mnist, tmp_path, monkeypatch):
+    """Lightning documents ``logger=None``/``True`` as its default logger: here the run's own, so the run claims its
+    folder under ``logs/`` and keeps its config, metrics and learning-rate scalars (was: Lightning's logger in
+    ``./lightning_logs/``, the run callbacks that log dropped)."""
+    monkeypatch.chdir(tmp_path)
+    assert run_main([*tiny_args(tiny_mnist, tmp_path / "ignored"), "--trainer.logger", value]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "mnist"]  # no lightning_logs/, nothing ignored/
+    (run,) = run_dirs(tmp_path / "logs")
+    assert run == tmp_path / "logs" / "mnist" / "version_0"
+    assert {"config.yaml", "results.json", "metrics.csv", "hparams"} <= {p.name for p in run.iterdir()}
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["logger"]["init_args"]["save_dir"] == "logs"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = EventAccumulator(str(run)).Reload().Tags()["scalars"]
+    assert "lr-SGD" in tags and "val/acc" in tags
