@@ -84,3 +84,16 @@ def test_a_plain_run_records_no_fold(trained_run):
     assert res["folds"] is None and res["fold"] is None
     hp = tensorboard_hparams(trained_run)
     assert hp["fold"] == -1 and not hp["folds"]
+
+
+def test_the_recipes_retrain_uses_every_training_image_and_tests_once(tiny_mnist, tmp_path, monkeypatch):
+    """docs/kfold.md's last step: no validation split (``data.val_size 0``, ``trainer.limit_val_batches 0``), so
+    all 600 training images train, and the final weights are tested."""
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    args = fold_args(tiny_mnist, logs, "--data.val_size", "0", "--trainer.limit_val_batches", "0")
+    assert run_main(args) == 0
+    (run,) = run_dirs(logs)
+    res = results(run)
+    assert res["global_step"] == 12 and res["test_samples"] == 100  # 600 / 50 batches; the whole test set
+    assert res["best_val_acc"] is None and res["folds"] is None

@@ -9,7 +9,7 @@ import statistics
 import optuna
 import pytest
 import yaml
-from helpers import SMOKE, run_sweep, study_of, write_sweep
+from helpers import REPO, SMOKE, run_sweep, study_of, write_sweep
 
 from project.sweep import config as sweep_config
 from project.sweep import file as sweep_file
@@ -35,6 +35,11 @@ def test_each_point_runs_every_fold_of_every_seed(tmp_path):
     assert spec.total() == 12 and spec.repeats() == [{"seed": s, "fold": k} for s in (1, 2) for k in range(3)]
     assert spec.identity()["folds"] == 3
     assert "folds" not in sweep_file.load_sweep(SMOKE).identity()  # studies made before folds existed continue
+    shipped = sweep_file.load_sweep(REPO / "configs/sweeps/kfold.yaml")  # the documented example
+    assert (shipped.folds, shipped.total()) == (5, 15)
+    assert shipped.points()[:5] == [
+        {"model.lr_scheduler.init_args.max_lr": 0.005, "seed": 42, "fold": k} for k in range(5)
+    ]
 
 
 def test_a_trial_config_sets_its_fold():
