@@ -96,4 +96,4 @@ def test_the_recipes_retrain_uses_every_training_image_and_tests_once(tiny_mnist
     (run,) = run_dirs(logs)
     res = results(run)
     assert res["global_step"] == 12 and res["test_samples"] == 100  # 600 / 50 batches; the whole test set
-    assert res["best_val_acc"] is None and res["folds"] is None
+    assert res["best_val_acc"] is None and res["folds"] is None and res["test_ckpt"] == "final weights"
