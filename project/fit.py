@@ -46,7 +46,10 @@ SCHEDULE_KEYS = (
     "data.class_path",
     "data.init_args.batch_size",
     "data.init_args.val_size",
+    "data.init_args.folds",
 )
+# The data settings that choose a K-fold run's validation images (project.data.folds): a resume keeps them.
+SPLIT_KEYS = ("folds", "fold", "seed")
 
 
 def _get(tree: Any, key: str) -> Any:
@@ -65,8 +68,10 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
     """Refuse, before anything is written, a resume that cannot continue the checkpoint's run.
 
     Checked: the net's parameter names and shapes (a slimmed checkpoint's at its recorded widths); a
-    length-sized LR scheduler (one-cycle, cosine) against the run's own config (``SCHEDULE_KEYS``); each pruning
-    callback's schedule against the checkpoint's (:meth:`ScheduledPruning.check_resume`).
+    length-sized LR scheduler (one-cycle, cosine) against the run's own config (``SCHEDULE_KEYS``); a K-fold run's
+    fold, folds and seed (``SPLIT_KEYS``) against the checkpoint's data hyperparameters, so it goes on validating on
+    the same images; each pruning callback's schedule against the checkpoint's
+    (:meth:`ScheduledPruning.check_resume`).
 
     Raises:
         ConfigError: naming what differs and what to do.
@@ -85,6 +90,16 @@ def check_resume(ckpt: dict[str, Any], ckpt_path: str, cli: ProjectCLI) -> None:
             f"ckpt_path: {ckpt_path} holds a different net than model.net={cli.model.hparams.net} "
             f"(first differences: {diff}); resume with the run's own model and data settings"
         )
+    saved = ckpt.get("datamodule_hyper_parameters") or {}
+    data = cli.datamodule.hparams
+    if saved.get("folds") is not None or data.get("folds") is not None:
+        changed_split = [(k, saved.get(k), data.get(k)) for k in SPLIT_KEYS if saved.get(k) != data.get(k)]
+        if changed_split:
+            what = ", ".join(f"data.{k} {a!r} -> {b!r}" for k, a, b in changed_split)
+            raise ConfigError(
+                f"ckpt_path: the run was validating on other images ({what}); resume with the run's own folds, "
+                "fold and seed, or start a new run (drop --ckpt_path)"
+            )
     sized = [s for s in ckpt.get("lr_schedulers", []) if s.get("total_steps") or s.get("T_max")]
     run = layout.run_of_checkpoint(Path(ckpt_path))
     before: Any = None

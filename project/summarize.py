@@ -5,9 +5,11 @@ One table across run folders (default: everything under ``logs``):
 * **runs**: every run folder (``<experiment>/version_N``) with its seed, epochs and metrics from
   ``results.json``; a folder without one is listed as ``unfinished`` (resumable when it holds
   ``checkpoints/last.ckpt``), never dropped;
-* **groups**: runs whose configs differ only in the seed (and in paths, logger and loader settings that do
-  not change results) form one group, shown with n and the mean ± sample standard deviation (``ddof=1``)
-  of each metric. ``--by KEY...`` groups by those keys instead.
+* **groups**: runs whose configs differ only in the seed and the K-fold ``data.fold`` (and in paths, logger and
+  loader settings that do not change results) form one group, shown with n and the mean ± sample standard
+  deviation (``ddof=1``) of each metric: over seeds, over folds, or both. ``--by KEY...`` groups by those keys
+  instead. K-fold runs get a ``fold`` column, and ``summary.csv`` each group's value fold by fold
+  (``<metric>_fold<k>``: the mean over seeds where a fold ran with several).
 
 A KEY is a ``results.json`` key (``precision``, ``sparsity``...), ``experiment``, or a config key written
 dotted without ``init_args`` (``model.optimizer.lr``, ``data.batch_size``, ``trainer.callbacks.Pruning.amount``);
@@ -47,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         epilog="KEY: a results.json key, 'experiment', or a dotted config key (any unambiguous ending: lr, amount).",
     )
     p.add_argument("roots", nargs="*", default=["logs"], metavar="FOLDER", help="logs folders or run folders")
-    p.add_argument("--by", nargs="+", metavar="KEY", help="group by these keys (default: same config but the seed)")
+    p.add_argument(
+        "--by", nargs="+", metavar="KEY", help="group by these keys (default: same config but the seed and fold)"
+    )
     p.add_argument("--x", metavar="KEY", help="plot test accuracy against this key (default: the first --by key)")
     p.add_argument("--metrics", nargs="+", default=DEFAULT_METRICS, help="results.json keys to tabulate")
     p.add_argument("--format", choices=["md", "csv"], default="md", help="what to print (both are written)")

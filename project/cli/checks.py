@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import secrets
@@ -23,6 +24,8 @@ from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters
+from project.data.base import VisionDataModule
+from project.data.folds import check_folds
 from project.errors import ConfigError, yaml_problem
 from project.runs import files, layout
 
@@ -347,6 +350,35 @@ def check_source_dir(cfg: Any) -> None:
         raise ConfigError(f"data.source_dir: {source} is not a folder; give the folder holding the archives")
 
 
+def _data_args(cfg: Any) -> Any:
+    """The parsed ``data.init_args`` (a Namespace), or an empty dict when the data has none."""
+    return getattr(cfg.data, "init_args", None) or {}
+
+
+def check_fold_settings(cfg: Any) -> None:
+    """K-fold cross-validation: ``data.folds`` (when set) is 2 or more and ``data.fold`` one of its folds; a
+    ``data.fold`` other than 0 without ``data.folds`` is refused (it would be silently ignored)."""
+    folds, fold = _data_args(cfg).get("folds"), _data_args(cfg).get("fold") or 0
+    if folds is None and fold:
+        raise ConfigError(f"data.fold: {fold} without data.folds; set data.folds to the number of folds (>= 2)")
+    if folds is not None:
+        check_folds(folds, fold)
+
+
+VAL_SIZE_DEFAULT = inspect.signature(VisionDataModule.__init__).parameters["val_size"].default
+
+
+def check_folds_without_val_size(cfg: Any) -> None:
+    """With ``data.folds`` the validation images are a fold, so a ``data.val_size`` other than its default (which
+    the folds do not use) is refused rather than silently ignored."""
+    args = _data_args(cfg)
+    if args.get("folds") is not None and args.get("val_size", VAL_SIZE_DEFAULT) != VAL_SIZE_DEFAULT:
+        raise ConfigError(
+            f"data.val_size: {args.get('val_size')} with data.folds: {args.get('folds')}; with folds each validation "
+            "set is one fold (1/folds of the training images): drop data.val_size, or data.folds for a plain split"
+        )
+
+
 def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
     """A callback in ``trainer.callbacks`` of the class a run callback key (``lr_monitor``, ...) stands for would log
     the same tags or write the same files twice. ``twins``: run callback key -> that class."""
@@ -373,4 +405,6 @@ CHECKS: tuple[Callable[[Any], None], ...] = (
     check_not_barebones,
     check_trains_something,
     check_resume_keeps_checkpointing,
+    check_fold_settings,
+    check_folds_without_val_size,
 )

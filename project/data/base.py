@@ -14,7 +14,8 @@ CIFAR-10 batches by the md5 sums torchvision lists. torchvision itself checks MN
 download time, so a truncated file would otherwise load silently.
 
 ``setup`` splits the official training set into train/val with a seeded ``torch.Generator`` (the
-same split on every rank and every call); the official test set stays the test set.
+same split on every rank and every call): ``val_size`` images validate, or, with ``folds``, fold ``fold`` of a
+stratified K-fold split (:mod:`project.data.folds`); the official test set stays the test set.
 
 How a split becomes batches (samplers, DataLoaders, device-resident copies) is :mod:`project.data.loaders`; the
 three data sets themselves (files, md5 sums, normalization, augmentation) are :mod:`project.data.modules`.
@@ -37,6 +38,7 @@ from torchvision import transforms as T
 from project.adapters import to_builtin
 from project.data import loaders
 from project.data.archives import FIX, created_dirs, download_with_torchvision, preparation_lock
+from project.data.folds import fold_split
 from project.data.images import ImageFiles, image_files
 from project.data.memory import EpochBatches
 from project.data.resume import ResumableLoader, batches_done
@@ -66,8 +68,13 @@ class VisionDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes (torchvision path only).
         pin_memory: DataLoader ``pin_memory`` (useful when training on a GPU).
         persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).
-        val_size: images taken from the official training set for validation (seeded split).
-        seed: seed of the train/val split and of the per-epoch shuffling order.
+        val_size: images taken from the official training set for validation (seeded split); not used with
+            ``folds`` (leave it at its default there).
+        folds: K-fold cross-validation: split the official training set into this many folds (>= 2), stratified
+            by class (:mod:`project.data.folds`); fold ``fold`` validates, the other ``folds - 1`` train.
+            Unset (default): the ``val_size`` split, exactly as without this option.
+        fold: which fold validates, 0 to ``folds - 1`` (with ``folds`` only).
+        seed: seed of the train/val split (the folds too) and of the per-epoch shuffling order.
         in_memory: decode the split once into a uint8 tensor (N, C, H, W) on the training device and batch it
             with tensor ops (:class:`EpochBatches`) instead of a per-sample torchvision DataLoader.
 
@@ -75,7 +82,8 @@ class VisionDataModule(L.LightningDataModule):
     ``trainer.benchmark``), so every step has the same input shape and cudnn autotunes once.
 
     Raises:
-        ConfigError: a bad value (``batch_size < 1``, ``val_size`` not smaller than the training set, ...).
+        ConfigError: a bad value (``batch_size < 1``, ``val_size`` not smaller than the training set, ``folds`` < 2,
+            ``fold`` not below ``folds``, more folds than images of some class, ...).
         DataError: data missing, truncated or failing md5, or a failed download.
     """
 
@@ -102,6 +110,8 @@ class VisionDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         persistent_workers: bool = False,
         val_size: NonNegativeInt = 5000,
+        folds: PositiveInt | None = None,
+        fold: NonNegativeInt = 0,
         seed: int = 42,
         in_memory: bool = False,
     ) -> None:
@@ -218,11 +228,24 @@ class VisionDataModule(L.LightningDataModule):
             self.verify(md5=True)  # name the bad file if it is one
             raise DataError(f"could not load {self.dataset_cls.__name__} from {self.data_dir}: {e}; {FIX}") from None
         n = len(self.train_set)
+        if self.hparams.folds is not None:
+            self.split = fold_split(self.labels(), self.hparams.folds, self.hparams.fold, self.hparams.seed)
+            return
         val_size = self.hparams.val_size
         if val_size >= n:
             raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} training images")
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
         self.split = (perm[val_size:], perm[:val_size])
+
+    def labels(self) -> torch.Tensor:
+        """The class of each official training image, int64 (N,), from the data set's ``targets`` (torchvision's
+        MNIST, Fashion-MNIST and CIFAR-10 hold them): what K folds are stratified by. All zeros (no stratification)
+        for a data set without ``targets``."""
+        assert self.train_set is not None  # set by setup()
+        targets = getattr(self.train_set, "targets", None)
+        if targets is None:
+            return torch.zeros(len(self.train_set), dtype=torch.int64)  # type: ignore[arg-type]
+        return torch.as_tensor(targets, dtype=torch.int64)
 
     # -- loaders -------------------------------------------------------------------------------
     def _world(self) -> tuple[int, int]:

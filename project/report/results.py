@@ -86,6 +86,7 @@ def build_results(
         "channels_last": bool(model.hparams.channels_last),
         "compile": bool(model.hparams.compile),
         "in_memory": bool(getattr(data, "hparams", {}).get("in_memory", False)),
+        **fold_of(data),
         "fused_optimizer": all(bool(o.defaults.get("fused")) for o in trainer.optimizers) and bool(trainer.optimizers),
         "test_samples": int(model.test_confusion.sum()),
         "confusion_matrix": model.test_confusion.tolist(),
@@ -98,6 +99,13 @@ def build_results(
         "seed": config.seed_everything,
         "versions": {"torch": torch.__version__, "lightning": L.__version__},
     } | (pruning.results() if pruning is not None else {})
+
+
+def fold_of(data: Any) -> dict[str, int | None]:
+    """``{"folds": K, "fold": k}`` of a K-fold run's data (``project.data.folds``); both ``None`` without folds."""
+    hp = getattr(data, "hparams", {})
+    folds = hp.get("folds")
+    return {"folds": folds, "fold": hp.get("fold", 0) if folds is not None else None}
 
 
 LAYOUT: dict[str, dict[str, list]] = {
@@ -176,6 +184,8 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
         "pruning": pruning.method if pruning is not None else "none",
         "pruning_amount": float(pruning.target) if pruning is not None else 0.0,
         "seed": int(results["seed"]) if results["seed"] is not None else -1,
+        "folds": int(results.get("folds") or 0),
+        "fold": int(results["fold"]) if results.get("fold") is not None else -1,
     }
 
 

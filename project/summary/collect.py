@@ -1,7 +1,8 @@
 """Run folders read as data for summaries: :func:`collect` finds every run under some folders (its ``results.json``
 and config, read through :mod:`project.runs.read`: bounded, YAML's safe loader; a run whose files cannot be read is
-skipped with one warning line), :func:`group_runs` groups runs that differ only in the seed (or by given keys),
-:func:`stats_of` gives each group's n and mean ± sample std (``ddof=1``) over its finite values."""
+skipped with one warning line), :func:`group_runs` groups runs that differ only in the seed and the K-fold
+``fold`` (or by given keys), :func:`stats_of` gives each group's n and mean ± sample std (``ddof=1``) over its finite
+values, and :func:`per_fold` a group's values fold by fold."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from typing import Any
 from project.errors import ConfigError, UnreadableFile
 from project.runs import layout, read
 
-# Config keys that do not change what a run computes: paths, logging, loader plumbing, the seed.
+# Config keys that do not change what a run computes: paths, logging, loader plumbing; and the axes a group is taken
+# over: the seed and the K-fold fold (a key and everything under it: "data.fold" is not "data.folds").
 IGNORED = (
     "seed_everything",
     "data.seed",
+    "data.fold",
     "trainer.logger",
     "data.data_dir",
     "data.source_dir",
@@ -132,6 +135,11 @@ def read_run(path: Path) -> Run:
     return Run(path, path.parent.name, results, config, status)
 
 
+def ignored(key: str) -> bool:
+    """Whether a flattened config key is one of :data:`IGNORED` or lies under one."""
+    return any(key == k or key.startswith(k + ".") for k in IGNORED)
+
+
 def group_runs(finished: list[Run], by: list[str] | None) -> dict[str, list[Run]]:
     """Groups of finished runs, labelled; by ``by`` keys, else by config minus :data:`IGNORED` keys."""
     groups: dict[tuple, list[Run]] = {}
@@ -140,7 +148,7 @@ def group_runs(finished: list[Run], by: list[str] | None) -> dict[str, list[Run]
             groups.setdefault(tuple((k, _hashable(run.value(k))) for k in by), []).append(run)
         return {", ".join(f"{k}={fmt(v)}" for k, v in key): members for key, members in groups.items()}
     for run in finished:
-        kept = tuple(sorted((k, _hashable(v)) for k, v in run.config.items() if not k.startswith(IGNORED)))
+        kept = tuple(sorted((k, _hashable(v)) for k, v in run.config.items() if not ignored(k)))
         groups.setdefault((run.experiment, kept), []).append(run)
     # label: the experiment, plus the config values that tell its groups apart
     labelled: dict[str, list[Run]] = {}
@@ -159,7 +167,7 @@ def group_identity(members: list[Run], by: list[str] | None) -> dict[str, Any]:
     run = members[0]
     if by:
         return {k: run.value(k) for k in by}
-    return {"experiment": run.experiment} | {k: v for k, v in run.config.items() if not k.startswith(IGNORED)}
+    return {"experiment": run.experiment} | {k: v for k, v in run.config.items() if not ignored(k)}
 
 
 def _hashable(v: Any) -> Any:
@@ -208,4 +216,28 @@ def stats_of(members: list[Run], metrics: list[str]) -> dict[str, Any]:
         values = [v for r in members if (v := number(r.value(m))) is not None]
         mean, std = mean_std(values)
         out[m] = {"mean": mean, "std": std, "n": len(values)}
+    return out
+
+
+def fold_of(run: Run) -> int | None:
+    """A K-fold run's validation fold (``results.json``'s ``fold``, else its config's ``data.fold`` when it has
+    ``data.folds``); ``None`` for a run without folds."""
+    fold = run.value("fold")
+    if run.results is None or "fold" not in run.results:
+        fold = fold if run.config.get("data.folds") is not None else None
+    return fold if isinstance(fold, int) and not isinstance(fold, bool) else None
+
+
+def per_fold(members: list[Run], metrics: list[str]) -> dict[int, dict[str, Any]]:
+    """``{fold: {metric: mean, "n": runs}}``: a group's values fold by fold (the mean over its seeds where a fold ran
+    with several), for the groups of K-fold runs; ``{}`` when no member has a fold."""
+    by_fold: dict[int, list[Run]] = {}
+    for run in members:
+        if (fold := fold_of(run)) is not None:
+            by_fold.setdefault(fold, []).append(run)
+    out: dict[int, dict[str, Any]] = {}
+    for fold, runs in sorted(by_fold.items()):
+        out[fold] = {"n": len(runs)}
+        for m in metrics:
+            out[fold][m] = mean_std([v for r in runs if (v := number(r.value(m))) is not None])[0]
     return out

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from project.errors import ConfigError
-from project.summary.collect import Run, collect, fmt, group_runs, stats_of
+from project.summary.collect import Run, collect, fmt, fold_of, group_runs, per_fold, stats_of
 from project.summary.labels import short_labels
 
 DEFAULT_METRICS = ["test_acc", "best_val_acc", "train_samples_per_s", "sparsity", "epochs"]
@@ -30,7 +30,9 @@ def summarize(
 
     Returns:
         ``(markdown, {"groups": {label: stats}, "runs": [...]})``; a group's stats hold ``runs``, ``paths``,
-        ``{metric: {mean, std, n}}`` and ``short_label`` (:func:`short_labels`, the plots' name for it).
+        ``{metric: {mean, std, n}}``, ``short_label`` (:func:`short_labels`, the plots' name for it) and, for K-fold
+        runs, ``folds``: :func:`~project.summary.collect.per_fold` (a fold's mean over seeds, by fold). Runs with
+        folds get a ``fold`` column.
 
     Raises:
         ConfigError: a root does not exist or holds no run folder.
@@ -41,17 +43,21 @@ def summarize(
     finished = [r for r in all_runs if r.results is not None] if grouped is None else grouped
     groups = group_runs(finished, by)
     group_of = {r.path: label for label, members in groups.items() for r in members}
+    with_folds = any(fold_of(r) is not None for r in all_runs)
+    fold_head = ("fold | ", "---:|") if with_folds else ("", "")
     lines = [
-        "| run | group | status | seed | " + " | ".join(metrics) + " |",
-        "|---|---|---|---:|" + "---:|" * len(metrics),
+        f"| run | group | status | seed | {fold_head[0]}" + " | ".join(metrics) + " |",
+        f"|---|---|---|---:|{fold_head[1]}" + "---:|" * len(metrics),
     ]
     run_rows = []
     for run in all_runs:
         name = f"{run.experiment}/{run.path.name}"
         seed = run.value("seed") if run.results else run.config.get("seed_everything")
         cells = [run.value(m) if run.results else None for m in metrics]
+        fold = {"fold": fold_of(run)} if with_folds else {}
         lines.append(
             f"| {name} | {group_of.get(run.path, '-')} | {run.status} | {fmt(seed)} | "
+            + "".join(f"{fmt(v)} | " for v in fold.values())
             + " | ".join(map(fmt, cells))
             + " |"
         )
@@ -61,6 +67,7 @@ def summarize(
                 "group": group_of.get(run.path, ""),
                 "status": run.status,
                 "seed": seed,
+                **fold,
                 **dict(zip(metrics, cells)),
             }
         )
@@ -71,7 +78,8 @@ def summarize(
     ]
     short = short_labels(groups, by)
     group_stats = {
-        label: stats_of(members, metrics) | {"short_label": short[label]} for label, members in groups.items()
+        label: stats_of(members, metrics) | {"short_label": short[label]} | _folds(members, metrics)
+        for label, members in groups.items()
     }
     for label, st in group_stats.items():
         means = ["-" if st[m]["mean"] is None else f"{fmt(st[m]['mean'])} ± {fmt(st[m]['std'])}" for m in metrics]
@@ -79,13 +87,31 @@ def summarize(
     return "\n".join(lines) + "\n", {"groups": group_stats, "runs": run_rows}
 
 
+def _folds(members: list[Run], metrics: list[str]) -> dict[str, Any]:
+    """``{"folds": per-fold values}`` for a group of K-fold runs, else ``{}``."""
+    folds = per_fold(members, metrics)
+    return {"folds": folds} if folds else {}
+
+
 def groups_csv(stats: dict[str, Any], metrics: list[str]) -> str:
-    """The groups table as CSV: ``group, n`` then ``<metric>_mean, <metric>_std, <metric>_n`` per metric."""
+    """The groups table as CSV: ``group, n`` then ``<metric>_mean, <metric>_std, <metric>_n`` per metric; with
+    K-fold groups also ``<metric>_fold<k>`` for each fold k (that fold's value; its mean over seeds), empty for the
+    groups without that fold."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["group", "n"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")])
+    folds = sorted({k for st in stats["groups"].values() for k in st.get("folds", {})})
+    writer.writerow(
+        ["group", "n"]
+        + [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")]
+        + [f"{m}_fold{k}" for m in metrics for k in folds]
+    )
     for label, st in stats["groups"].items():
-        writer.writerow([label, st["runs"]] + [st[m][s] for m in metrics for s in ("mean", "std", "n")])
+        by_fold = st.get("folds", {})
+        writer.writerow(
+            [label, st["runs"]]
+            + [st[m][s] for m in metrics for s in ("mean", "std", "n")]
+            + [by_fold[k][m] if k in by_fold else None for m in metrics for k in folds]
+        )
     return buf.getvalue()
 
 

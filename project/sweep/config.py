@@ -77,6 +77,26 @@ def check_objective(sweep: Sweep, base: dict[str, Any]) -> None:
         )
 
 
+def check_folds(sweep: Sweep, base: dict[str, Any]) -> None:
+    """With ``folds``, refuse a base experiment whose trials would all refuse their fold settings: fit's own checks
+    (:func:`project.cli.checks.check_folds_without_val_size`) on the base with ``data.folds`` set.
+
+    Raises:
+        ConfigError: ``base: `` and fit's error line.
+    """
+    from jsonargparse import Namespace
+
+    from project.cli import checks
+
+    if not sweep.folds:
+        return
+    init = dict((base.get("data") or {}).get("init_args") or {}) | {"folds": sweep.folds, "fold": 0}
+    try:
+        checks.check_folds_without_val_size(Namespace(data=Namespace(init_args=Namespace(**init))))
+    except ConfigError as e:
+        raise ConfigError(f"base: {e}") from None
+
+
 def key_path(config: dict[str, Any], key: str) -> tuple[Any, Any]:
     """The container holding dotted ``key`` and the last part (an int for list items).
 
@@ -109,9 +129,16 @@ def key_path(config: dict[str, Any], key: str) -> tuple[Any, Any]:
 
 
 def trial_config(
-    base: dict[str, Any], params: dict[str, Any], seed: int, save_dir: str, name: str, version: int
+    base: dict[str, Any],
+    params: dict[str, Any],
+    seed: int,
+    save_dir: str,
+    name: str,
+    version: int,
+    fold: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The base config with the trial's values, seed, run folder and :class:`ReportToStudy` callback.
+    """The base config with the trial's values, seed, run folder and :class:`ReportToStudy` callback; ``fold``:
+    ``(k, K)``, the trial's fold of a K-fold cross-validation (``data.fold``, ``data.folds``).
 
     Setting a ``class_path`` keeps only the ``init_args`` the new class accepts (AdamW's ``betas`` do not
     go to SGD).
@@ -125,6 +152,9 @@ def trial_config(
             accepted = inspect.signature(getattr(importlib.import_module(module), cls)).parameters
             node["init_args"] = {k: v for k, v in node["init_args"].items() if k in accepted}
     config["seed_everything"] = seed
+    if fold is not None:
+        data = config["data"].setdefault("init_args", {})
+        data["fold"], data["folds"] = fold
     logger = config["trainer"]["logger"]["init_args"]
     logger.update(save_dir=save_dir, name=name, version=version)
     callbacks = config["trainer"].get("callbacks") or []

@@ -13,6 +13,7 @@ A YAML mapping (read with the safe loader)::
       data.init_args.batch_size: {int: [32, 256], step: 32}           # {int: [lo, hi], step: s}
     objective: {metric: test_acc, direction: maximize}   # a results.json metric (test_acc, best_val_acc, ...)
     seeds: [1, 2, 3]                   # each point runs once per seed (seed_everything)
+    folds: 5                           # K-fold cross-validation: each point (x seed) runs every fold as a trial
     sampler: grid                      # grid (the whole product, queued once), random, tpe
     n_trials: 18                       # trials in all, seeds included (default for grid: the whole grid)
     pruner: {median: {n_startup_trials: 5}}   # any optuna.pruners.<Name>Pruner and its options, or none
@@ -24,6 +25,9 @@ one typed mapping per distribution), so a misspelled key, a wrong type or a valu
 :class:`~project.errors.ConfigError` naming the file, the key and what it takes. The checks across keys follow
 (low < high, a grid for every dimension, distinct seeds, a pruner Optuna has). Everything is checked before
 anything is written.
+
+``folds: K`` (>= 2) makes each point a K-fold cross-validation: every fold (``data.folds: K``, ``data.fold: k``;
+:mod:`project.data.folds`) of every seed is one trial, and the report scores a point by the mean over its folds.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class SweepFile:
     base: Base = field(default_factory=Base)
     objective: Objective = field(default_factory=Objective)
     seeds: list[int] = field(default_factory=lambda: [42], metadata={"help": "a list of distinct integers"})
+    folds: PositiveInt | None = field(default=None, metadata={"help": "a number of folds >= 2, or null"})
     sampler: Sampler = "grid"
     sampler_seed: int = 0
     n_trials: PositiveInt | None = None
@@ -144,6 +149,7 @@ class Sweep:
     metric: str = "test_acc"
     direction: str = "maximize"
     seeds: list[int] = field(default_factory=lambda: [42])
+    folds: int | None = None
     sampler: str = "grid"
     sampler_seed: int = 0
     n_trials: int | None = None
@@ -151,13 +157,20 @@ class Sweep:
     heartbeat_s: float = 20.0
     max_retry: int = 3
 
+    def repeats(self) -> list[dict[str, int]]:
+        """The trials one point runs: ``{"seed": s}`` per seed, times ``{"fold": k}`` per fold with ``folds``."""
+        folds: list[dict[str, int]] = [{"fold": k} for k in range(self.folds)] if self.folds else [{}]
+        return [{"seed": s, **f} for s in self.seeds for f in folds]
+
     def points(self) -> list[dict[str, Any]]:
-        """Grid sampler: every combination of the grids, once per seed, seed by seed: the first trials cover the
-        whole grid with the first seed, so a sweep stopped early (or ``n_trials`` below the total) still spans it."""
+        """Grid sampler: every combination of the grids, once per seed (and fold), seed by seed: the first trials
+        cover the whole grid with the first seed, so a sweep stopped early (or ``n_trials`` below the total) still
+        spans it; a point's folds follow each other, so its cross-validation is complete early."""
         combos: list[dict[str, Any]] = [{}]
         for p in self.space:
             combos = [{**c, p.key: v} for c in combos for v in p.grid()]
-        return [{**c, "seed": s} for s in self.seeds for c in combos]
+        folds: list[dict[str, int]] = [{"fold": k} for k in range(self.folds)] if self.folds else [{}]
+        return [{**c, "seed": s, **f} for s in self.seeds for c in combos for f in folds]
 
     def total(self) -> int:
         """The number of trials the sweep runs (``n_trials``, or the whole grid)."""
@@ -175,7 +188,7 @@ class Sweep:
             "metric": self.metric,
             "direction": self.direction,
             "sampler": self.sampler,
-        }
+        } | ({"folds": self.folds} if self.folds else {})
 
 
 WORDS = {
@@ -319,6 +332,7 @@ def _sweep(spec: Any, stem: str) -> Sweep:
         metric=spec.objective.metric,
         direction=spec.objective.direction,
         seeds=list(spec.seeds),
+        folds=int(spec.folds) if spec.folds is not None else None,  # a plain int (PositiveInt does not dump)
         sampler=spec.sampler,
         sampler_seed=spec.sampler_seed,
         n_trials=spec.n_trials,
@@ -328,6 +342,16 @@ def _sweep(spec: Any, stem: str) -> Sweep:
     )
     if "seed" in (p.key for p in sweep.space):
         raise ConfigError("space.seed: list the seeds under seeds:, not in the space")
+    for p in sweep.space:
+        if p.key.startswith("data.") and p.key.rsplit(".", 1)[-1] in ("fold", "folds"):
+            raise ConfigError(f"space.{p.key}: give the number of folds as folds: K; each point then runs every fold")
+    if sweep.folds is not None and sweep.folds < 2:
+        raise ConfigError(f"folds: {sweep.folds} is not a cross-validation; give 2 or more folds, or leave it out")
+    if sweep.folds is not None and "hyperband" in sweep.pruner:
+        raise ConfigError(
+            "pruner: hyperband compares trials in brackets of its own, across folds; with folds use median, "
+            "percentile, wilcoxon or threshold, which compare a fold with the same fold"
+        )
     if sweep.sampler == "grid":
         sweep.points()  # every dimension must have a grid
     make_pruner(sweep.pruner)

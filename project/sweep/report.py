@@ -2,7 +2,8 @@
 
 Written by ``python -m project.sweep`` at the end of a sweep and by ``--report`` at any time, into the
 sweep folder: ``report.md`` (every trial with its state, then the points: completed trials grouped by the swept
-keys, mean ± sample std over seeds, then the best point), ``report.json`` (the same as data), ``val_acc.png``
+keys, mean ± sample std over seeds -- and over folds in a K-fold sweep, with each fold's value beside it -- then the
+best point by that mean), ``report.json`` (the same as data), ``val_acc.png``
 (validation accuracy per point), ``objective-<key>.png`` (the objective against each swept key) and, when the runs
 prune weights, ``objective-sparsity.png`` (the objective against the measured sparsity; the dense runs sit at 0).
 Trial states come from the study, values from each run's ``results.json`` (read as data, bounded: a trial whose
@@ -20,7 +21,7 @@ import optuna
 from project.errors import UnreadableFile
 from project.runs import files, layout
 from project.summary import plots, tables
-from project.summary.collect import Run, fmt, group_runs, warn
+from project.summary.collect import Run, fmt, group_runs, per_fold, warn
 
 
 def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
@@ -43,6 +44,7 @@ def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
                 "run": str(run) if run else None,
                 "params": {k: t.params.get(k) for k in keys},
                 "seed": t.params.get("seed"),
+                "fold": t.params.get("fold"),
                 "value": t.value,
                 "retry_of": t.system_attrs.get("failed_trial"),
                 "results": results,
@@ -79,6 +81,7 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
     points = []
     for label, members in group_runs(complete, keys).items():
         st = stats["groups"][label]
+        folds = per_fold(members, [metric])
         points.append(
             {
                 "params": {k: members[0].config[k] for k in keys},
@@ -86,8 +89,9 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
                 "mean": st[metric]["mean"],
                 "std": st[metric]["std"],
                 "sparsity": st["sparsity"]["mean"],
-                "seeds": sorted(m.config["seed_everything"] for m in members),
+                "seeds": sorted(set(m.config["seed_everything"] for m in members)),
             }
+            | ({"folds": {k: v[metric] for k, v in folds.items()}} if folds else {})
         )
     points.sort(key=lambda p: tuple(str(v) if not isinstance(v, int | float) else v for v in p["params"].values()))
     lines = [f"Sweep `{sweep.name}`: {metric} ({sweep.direction}), {len(rows)} trials", "", table.rstrip("\n")]
@@ -95,10 +99,20 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
     best = None
     if scored:
         best = (max if sweep.direction == "maximize" else min)(scored, key=lambda p: p["mean"])
+        over = f"{best['n']} seed(s)"
+        if "folds" in best:
+            over = f"{len(best['folds'])} fold(s) x {len(best['seeds'])} seed(s)"
         lines += [
             "",
             f"Best point: {', '.join(f'{k}={fmt(v)}' for k, v in best['params'].items())}: {metric} "
-            f"{fmt(best['mean'])} ± {fmt(best['std'])} over {best['n']} seed(s)",
+            f"{fmt(best['mean'])} ± {fmt(best['std'])} over {over}",
+        ]
+    if any("folds" in p for p in points):
+        lines += ["", f"Folds ({metric}, each fold's mean over seeds):", ""]
+        lines += [
+            f"- {', '.join(f'{k}={fmt(v)}' for k, v in p['params'].items())}: "
+            + ", ".join(f"fold {k} {fmt(v)}" for k, v in p.get("folds", {}).items())
+            for p in points
         ]
     folder.mkdir(parents=True, exist_ok=True)
     figures: list[Path] = []

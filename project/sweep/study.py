@@ -11,17 +11,18 @@ from the worker (:mod:`project.trial_server`: no second import of torch and Ligh
 Arguments after the sweep's own options are fit overrides added to the sweep file's base experiment.
 
 * The sweep file (:mod:`project.sweep_file`): the base experiment, the search space over dotted config keys,
-  the objective from ``results.json``, seeds, sampler, pruner.
+  the objective from ``results.json``, seeds, folds (K-fold cross-validation), sampler, pruner.
 * Each trial trains in ``<save_dir>/<name>/version_<n>/`` (``n``: the number of the trial that first ran the
   point), a complete run folder plus ``trial.json`` (trial numbers, parameters, seed, state, value).
 * Storage: ``sqlite:///<save_dir>/<name>/study.db`` unless ``--storage`` (or ``OPTUNA_STORAGE``) names another
   Optuna RDB URL; its password is never printed or written (:func:`shown`).
-  Running the same command again continues the study. Grid points (× seeds) are enqueued once by the
+  Running the same command again continues the study. Grid points (× seeds × folds) are enqueued once by the
   process that creates the study; a worker only takes queued trials (Optuna pops each one atomically), so no
   point runs twice. A worker that dies stops sending heartbeats; after ``3 × heartbeat_s`` its trial is
   failed and re-queued (Optuna's ``RetryHeartbeatStaleTrialCallback``) and the retry resumes the run folder
   from its ``last.ckpt``.
-* Bad trials are stopped early by the study's pruner on ``val/acc`` each epoch (:class:`ReportToStudy`).
+* Bad trials are stopped early by the study's pruner on ``val/acc`` each epoch (:class:`ReportToStudy`); with
+  ``folds`` a fold is compared with the same fold of other points.
 * Modules: the sweep file in :mod:`project.sweep_file`, from its base to a trial's config in
   :mod:`project.sweep_config`, the storage in :mod:`project.sweep_storage`, one trial's
   run and outcome in :mod:`project.sweep_trial`, the report in :mod:`project.sweep_report`; this one holds the
@@ -53,7 +54,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from project.errors import ArgumentParser, ConfigError
 from project.sweep import report as sweep_report
 from project.sweep import server as trial_server
-from project.sweep.config import check_objective, key_path, resolve_base
+from project.sweep.config import check_folds, check_objective, key_path, resolve_base
 from project.sweep.file import Sweep, load_sweep, make_pruner
 from project.sweep.storage import default_storage, expand_user, open_storage, scrubbed, shown, stable
 from project.sweep.trial import (
@@ -139,7 +140,7 @@ def work(ctx: Context) -> None:
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     study = load_or_create_study(ctx, create=False)
     sweep = ctx.sweep
-    points = math.ceil(sweep.total() / len(sweep.seeds))
+    points = math.ceil(sweep.total() / len(sweep.repeats()))
     while True:
         with stable():
             optuna.storages.fail_stale_trials(study)
@@ -221,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             key_path(base, p.key)
         folder = sweep_folder(sweep, base)
         check_objective(sweep, base)
+        check_folds(sweep, base)
         ctx = Context(sweep, base, ns.storage or default_storage(folder), folder, extra)
         if not ns.report and ns.workers == 1:
             # Before the storage is opened and Optuna's heartbeat thread starts: see project.trial_server.

@@ -18,14 +18,16 @@ import socket
 # bandit B404: a trial runs this program's fit: fixed module, arguments from the sweep
 import subprocess  # nosec B404
 import sys
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import optuna
 import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
 
 from project.errors import UnreadableFile
 from project.runs import files, layout, read
@@ -44,7 +46,8 @@ ENV_PRUNER = "PROJECT_SWEEP_PRUNER"  # the sweep file's pruner as JSON: Optuna k
 
 class ReportToStudy(L.Callback):
     """Report ``val/acc`` (``val/loss`` when the objective is minimized) to the sweep's trial each epoch and
-    stop the run when Optuna's pruner says so (writing ``pruned.json`` into the run folder).
+    stop the run when Optuna's pruner says so (writing ``pruned.json`` into the run folder). In a sweep with
+    ``folds`` the pruner compares the trial with trials of the same fold only (:class:`SameFoldStudy`).
 
     Inert outside a sweep: it acts only when ``python -m project.sweep`` sets ``PROJECT_SWEEP_STORAGE``,
     ``PROJECT_SWEEP_STUDY``, ``PROJECT_SWEEP_TRIAL`` and ``PROJECT_SWEEP_PRUNER`` in the trial's environment, so
@@ -67,9 +70,10 @@ class ReportToStudy(L.Callback):
             return
         pruner = make_pruner(json.loads(os.environ.get(ENV_PRUNER) or "{}"))
         storage = open_storage(os.environ[ENV_STORAGE])
-        study = optuna.load_study(study_name=os.environ[ENV_STUDY], storage=storage, pruner=pruner)
         study_id = storage.get_study_id_from_name(os.environ[ENV_STUDY])
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(os.environ[ENV_TRIAL]))
+        fold = storage.get_trial(trial_id).params.get("fold")
+        study = SameFoldStudy(os.environ[ENV_STUDY], storage, fold, pruner=pruner)
         self.trial = optuna.Trial(study, trial_id)
         self.monitor = "val/acc" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "val/loss"
         # The logger's own folder, not trainer.log_dir: under DDP that is a collective (a broadcast) and this is
@@ -103,6 +107,36 @@ class ReportToStudy(L.Callback):
         # All ranks reach this point together; one rank stopping alone would leave the others waiting for it.
         if trainer.strategy.broadcast(prune, src=0):
             trainer.should_stop = True
+
+
+class SameFoldStudy(optuna.Study):
+    """The sweep's study as its pruner sees it from a trial of fold ``fold``: only the trials of that fold (the
+    trial's ``fold`` parameter; every trial when ``fold`` is None), so a fold is compared with the same fold (folds
+    differ in how hard their validation images are).
+
+    Optuna's pruners read the other trials through :meth:`get_trials` (median, percentile, successive halving) and
+    :attr:`best_trial` (Wilcoxon); Hyperband builds its own view and is refused with folds
+    (:func:`project.sweep.file.load_sweep`).
+    """
+
+    def __init__(self, study_name: str, storage: Any, fold: int | None, pruner: optuna.pruners.BasePruner) -> None:
+        super().__init__(study_name=study_name, storage=storage, pruner=pruner)
+        self.fold = fold
+
+    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        trials = super().get_trials(deepcopy=deepcopy, states=states)
+        return trials if self.fold is None else [t for t in trials if t.params.get("fold") == self.fold]
+
+    @property
+    def best_trial(self) -> FrozenTrial:
+        """The best complete trial of this fold (Optuna's raises ``ValueError`` when there is none)."""
+        if self.fold is None:
+            return super().best_trial
+        done = [t for t in self.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+        if not done:
+            raise ValueError(f"no complete trial of fold {self.fold} yet")
+        pick = max if self.direction == optuna.study.StudyDirection.MAXIMIZE else min
+        return pick(done, key=lambda t: cast(float, t.value))
 
 
 class Surplus(Exception):
@@ -143,12 +177,14 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         raise Surplus(f"trial {trial.number}: every grid point is taken; nothing to run")
     params = {p.key: p.suggest(trial) for p in sweep.space}
     seed = trial.suggest_categorical("seed", sweep.seeds)
+    fold = trial.suggest_categorical("fold", list(range(sweep.folds))) if sweep.folds else None
+    mine = {"seed": seed} | ({"fold": fold} if fold is not None else {})
     with stable():
         first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
     if sweep.sampler != "grid" and "fixed_params" not in system and first is None:
-        for other in sweep.seeds:
-            if other != seed:  # the point's other seeds, queued for any worker
-                study.enqueue_trial({**params, "seed": other})
+        for other in sweep.repeats():
+            if other != mine:  # the point's other seeds and folds, queued for any worker
+                study.enqueue_trial({**params, **other})
     number = first if first is not None else trial.number
     run = ctx.folder / f"version_{number}"
     trial.set_user_attr("run", str(run))
@@ -160,7 +196,8 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         shutil.rmtree(run)  # the dead try left no checkpoint: start the point afresh
     run.mkdir(parents=True, exist_ok=True)
     (run / PRUNED_FILE).unlink(missing_ok=True)
-    config = trial_config(ctx.base, params, seed, str(ctx.folder.parent), sweep.name, number)
+    folds = (fold, sweep.folds) if fold is not None and sweep.folds else None
+    config = trial_config(ctx.base, params, seed, str(ctx.folder.parent), sweep.name, number, folds)
     files.write_text(run / TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
     info.update(
         sweep=sweep.name,
@@ -168,6 +205,7 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         run=number,
         params=params,
         seed=seed,
+        **({"fold": fold} if fold is not None else {}),
         state="running",
         objective={"metric": sweep.metric, "direction": sweep.direction},
     )
@@ -187,7 +225,8 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         resume = ["--ckpt_path", str(ckpt)] if ckpt.is_file() else []
         info["resumed"] = info.get("resumed", False) or bool(resume)
         note = " (resumed from last.ckpt)" if resume else ""
-        print(f"trial {trial.number}: {run} {json.dumps(params)} seed {seed}{note}", flush=True)
+        of = f" fold {fold}" if fold is not None else ""
+        print(f"trial {trial.number}: {run} {json.dumps(params)} seed {seed}{of}{note}", flush=True)
 
         def started(pid: int) -> None:
             info["pid"] = pid

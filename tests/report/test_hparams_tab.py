@@ -35,6 +35,8 @@ STANDARD = {
     "pruning",
     "pruning_amount",
     "seed",
+    "folds",
+    "fold",
 }
 
 
