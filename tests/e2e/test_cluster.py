@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -265,6 +266,11 @@ def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> lis
     ]
 
 
+def expand(arg: str, values: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of a container argument."""
+    return re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     launch = ("SLURM_", "TORCHELASTIC_", "MASTER_", "PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
     env = {k: v for k, v in os.environ.items() if not k.startswith(launch)}
@@ -359,19 +365,23 @@ def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
 def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     one_node_two_processes, fashion_data, tmp_path
 ):
-    """2 nodes x 1 process started as deploy/kubernetes/train.yaml starts them (its torchrun arguments, node rank
+    """2 nodes x 1 process started as deploy/kubernetes/train/train.yaml starts them (its torchrun arguments, node rank
     from the pod's completion index; here 1 CPU process per node, master on 127.0.0.1): one run folder, one
     results.json, the result of 1 node x 2 processes."""
     _, port = free_port_for_slurm()
-    (job,) = [d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/train.yaml").read_text()) if d["kind"] == "Job"]
+    base = REPO / "deploy/kubernetes/train/train.yaml"
+    (job,) = [d for d in yaml.safe_load_all(base.read_text()) if d["kind"] == "Job"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     launch = container["args"][: container["args"].index("project.fit") + 1]  # torchrun ... -m project.fit
-    assert launch[0] == "torchrun" and "--nnodes=2" in launch and "--node_rank=$(NODE_RANK)" in launch
+    assert launch[0] == "torchrun" and "--nnodes=$(NNODES)" in launch and "--node_rank=$(NODE_RANK)" in launch
+    assert env["NNODES"] == "2"
     here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
     args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
     procs = []
     for node in (0, 1):
-        torchrun = [a.replace("$(NODE_RANK)", str(node)) for a in launch[1:]]  # as Kubernetes expands it
+        values = {**env, "NODE_RANK": str(node)}
+        torchrun = [expand(a, values) for a in launch[1:]]  # as Kubernetes expands them
         torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
         procs.append(
             subprocess.Popen(
