@@ -397,8 +397,9 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
 
 
 def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_data, tmp_path):
-    """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch and replaced runs the same command with the same
-    PROJECT_JOB_ID (the Job's uid): it resumes the run that Job started, in place, with the uninterrupted result."""
+    """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch (no SLURM variables, as the kubelet stops it) saves a
+    checkpoint at that step; replaced, it runs the same command with the same PROJECT_JOB_ID (the Job's uid) and
+    resumes the run that Job started, in place, from that checkpoint, with the uninterrupted result."""
     args = resume_args(fashion_data, tmp_path / "logs", "helpers.Sigterm")
     ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, clean_env())
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -408,9 +409,12 @@ def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_d
     assert first.returncode == -signal.SIGTERM, first.stderr[-3000:]
     (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
     assert not (run / "results.json").exists()
+    sigterm_ckpt = run / "checkpoints" / "hpc_ckpt_1.ckpt"  # step 15, mid epoch 2; last.ckpt is step 10
+    assert torch.load(sigterm_ckpt, map_location="cpu", weights_only=True)["global_step"] == 15
+    assert f"SIGTERM: saved {sigterm_ckpt}" in first.stderr
     # the replacement pod: same command, same Job uid
     second = fit(args, tmp_path, clean_env(PROJECT_JOB_ID=uid))
     assert second.returncode == 0, second.stderr[-3000:]
-    assert f"job {uid} was requeued" in second.stderr
+    assert f"job {uid} was requeued" in second.stderr and "from hpc_ckpt_1.ckpt" in second.stderr
     job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)
     assert job["job"] == uid and [s["restart_count"] for s in job["starts"]] == [0, 1]
