@@ -236,6 +236,7 @@ def test_node_and_gpu_counts_agree_and_the_training_arguments_parse(rendered):
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = yaml.safe_load(proc.stdout)
     assert printed["trainer"]["num_nodes"] == 4 and str(printed["trainer"]["devices"]) == "8"  # Lightning: "8" = 8
+    assert printed["trainer"]["strategy"]["class_path"] == "project.cluster.BoundDDPStrategy"
     assert printed["data"]["init_args"]["data_dir"] == "/shared/data"
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 import yaml
-from helpers import REPO, results, run_dirs
+from helpers import REPO, free_port_for_slurm, results, run_dirs
 
 
 def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
@@ -211,22 +211,6 @@ def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0], proc.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "logs")
     assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "results.json").exists()
-
-
-def free_port_for_slurm() -> tuple[str, int]:
-    """A SLURM job id whose port (Lightning: 15000 + the id's last 4 digits) is free on 127.0.0.1, and the port."""
-    import random
-    import socket
-
-    for _ in range(200):
-        port = random.randrange(15000, 25000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return f"9{port - 15000:04d}", port
-    raise RuntimeError("no free port in 15000-24999")
 
 
 def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> list[str]:
