@@ -150,18 +150,26 @@ def test_concurrent_prepare_on_shared_storage_imports_once(fashion_source, tmp_p
 
 
 def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_path):
-    """scripts/slurm.sbatch with stub srun/scontrol: SIGUSR1 to the batch shell reaches the tasks, the job is
+    """scripts/slurm.sbatch with stub srun/apptainer/scontrol: the data is prepared in the image before srun; each
+    task runs ``apptainer exec --cleanenv`` with its SLURM variables passed in as APPTAINERENV_SLURM_*; SIGUSR1 to
+    the batch shell reaches the process in the container (srun, the task's exec'd apptainer), the job is
     requeued from outside the container, and the script exits with the tasks' status."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text(
-        f"#!/bin/bash\ntrap 'echo srun-got-USR1 >> {log}; exit 3' USR1\necho srun-started >> {log}\n"
+    # srun starts one task with the variables srun sets (SLURM_PROCID ...); exec: its signals reach the task
+    (bin_dir / "srun").write_text('#!/bin/bash\nexport SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=1\nexec "$@"\n')
+    (bin_dir / "apptainer").write_text(
+        "#!/bin/bash\n"
+        f'echo "apptainer $* | env: $(env | grep -c ^SLURM_) SLURM, procid=${{APPTAINERENV_SLURM_PROCID:-}}" >> {log}\n'
+        'case "$*" in *project.fit*) ;; *) exit 0 ;; esac\n'
+        f"trap 'echo task-got-USR1 >> {log}; exit 3' USR1\necho task-started >> {log}\n"
         "while true; do sleep 0.05; done\n"
     )
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "scontrol $*" >> {log}\n')
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "77"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_ID="77")
     proc = subprocess.Popen(
         ["bash", str(REPO / "scripts" / "slurm.sbatch")],
         cwd=tmp_path,
@@ -171,14 +179,18 @@ def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_pat
         text=True,
     )
     deadline = time.time() + 30
-    while not (log.exists() and "srun-started" in log.read_text()) and time.time() < deadline:
+    while not (log.exists() and "task-started" in log.read_text()) and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 3, out  # the tasks' exit status
-    lines = log.read_text().splitlines()
-    assert lines[0] == "srun-started" and sorted(lines[1:]) == ["scontrol requeue 77", "srun-got-USR1"]
-    assert "preemption signal" in out
+    prepare, task, started, *rest = log.read_text().splitlines()
+    image = "apptainer exec --nv --cleanenv --bind"
+    assert prepare.startswith(image) and "prepare_data()" in prepare and prepare.endswith("procid=")
+    assert task.startswith(image) and "python -m project.fit" in task and "--data.download false" in task
+    assert task.endswith("procid=5")  # the task's own SLURM variables, passed in for Lightning
+    assert started == "task-started" and sorted(rest) == ["scontrol requeue 77", "task-got-USR1"]
+    assert "preemption signal" in out and (tmp_path / "data").is_dir()
 
 
 def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
