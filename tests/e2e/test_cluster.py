@@ -193,6 +193,33 @@ def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_pat
     assert "preemption signal" in out and (tmp_path / "data").is_dir()
 
 
+def test_sweep_array_script_runs_the_same_worker_in_every_task(tmp_path):
+    """scripts/slurm-sweep.sbatch with a stub apptainer: each array task runs ``project.sweep`` in the image with
+    --cleanenv and the study's URL passed in (APPTAINERENV_OPTUNA_STORAGE), never on its command line; without
+    OPTUNA_STORAGE it stops with one error line before starting anything."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text(f'#!/bin/sh\necho "$* | $APPTAINERENV_OPTUNA_STORAGE" >> {log}\n')
+    (bin_dir / "apptainer").chmod(0o755)
+    url = "postgresql+psycopg2://sweeps:secret@db:5432/sweeps"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OPTUNA_"))}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_ARRAY_TASK_ID="3")
+    script = ["bash", str(REPO / "scripts" / "slurm-sweep.sbatch")]
+    for task in ("3", "4"):
+        done = subprocess.run(script, cwd=tmp_path, env={**env, "SLURM_ARRAY_TASK_ID": task, "OPTUNA_STORAGE": url})
+        assert done.returncode == 0
+    first, second = log.read_text().splitlines()
+    assert first == second  # the same worker in every task
+    command, storage = first.split(" | ")
+    assert command.startswith("exec --nv --cleanenv --bind") and storage == url and "secret" not in command
+    assert command.endswith("python -m project.sweep --config configs/sweeps/lr.yaml --trainer.accelerator gpu "
+                            "--trainer.devices 1")  # fmt: skip
+    assert (REPO / "configs/sweeps/lr.yaml").is_file()
+    missing = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: OPTUNA_STORAGE is not set")
+    assert len(missing.stderr.splitlines()) == 1 and len(log.read_text().splitlines()) == 2
+
+
 def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
     """``docker stop``, ``scancel`` and Kubernetes send SIGTERM: fit stops at the next step with one line, keeps
     the run folder with its checkpoint, and ends by SIGTERM itself (exit 143 in a shell), not with status 0."""
