@@ -29,6 +29,11 @@ class DivergenceError(UserError, RuntimeError):
     """The training loss became NaN or infinite."""
 
 
+class RendezvousError(UserError, RuntimeError):
+    """The processes of a distributed run did not all meet within the rendezvous timeout (a node that was not
+    started, a wrong node or device count, an address the others cannot reach)."""
+
+
 def require(condition: bool, key: str, message: str) -> None:
     """Raise :class:`ConfigError` ``"<key>: <message>"`` unless ``condition`` holds."""
     if not condition:

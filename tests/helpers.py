@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -279,3 +281,16 @@ SWITCHES = {
     "log every step": (["--trainer.log_every_n_steps", "1"], {}),
     "one-cycle": (ONECYCLE, {"global_step": 10}),
 }
+
+
+def free_port_for_slurm() -> tuple[str, int]:
+    """A SLURM job id whose port (Lightning: 15000 + the id's last 4 digits) is free on 127.0.0.1, and the port."""
+    for _ in range(200):
+        port = random.randrange(15000, 25000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return f"9{port - 15000:04d}", port
+    raise RuntimeError("no free port in 15000-24999")

@@ -4,18 +4,33 @@
 #   IMAGE evaluate|predict|export|summarize|sweep|fit ARGS...     python -m project.<command> ARGS...
 #   IMAGE anything else (python, torchrun, bash)   run as given
 # Volumes: every folder in PROJECT_VOLUMES (default: /app/data /app/logs) must be writable by the user the
-# container runs as (uid 1000 unless --user says otherwise). A host folder that does not exist yet (Docker then
-# creates it owned by root) or that belongs to another user gives one `error:` line with the fix and exit
-# status 1, before anything starts, instead of a permission traceback in the middle of a run.
+# container runs as (uid 1000 unless --user or the pod's runAsUser says otherwise); a missing one is created. A
+# folder that belongs to another user (Docker creates a missing host folder owned by root; NFS-like volumes keep
+# their owner whatever the pod's fsGroup) gives one `error:` line with a fix for where it runs (Docker, or
+# Kubernetes: KUBERNETES_SERVICE_HOST is set in every pod) and exit status 1, before anything starts, instead
+# of a permission traceback in the middle of a run.
 set -eu
+volume_error() {  # volume_error DIR WHY: one line, the fix for the folder's owner (DIR or the nearest parent)
+  owner=$1
+  while [ ! -e "$owner" ]; do owner=$(dirname "$owner"); done
+  ouid=$(stat -c %u "$owner") ogid=$(stat -c %g "$owner")
+  if [ -n "${KUBERNETES_SERVICE_HOST:-}" ]; then
+    if [ "$ouid" != 0 ]; then
+      fix="run the pod as the volume's owner: securityContext runAsUser: $ouid, runAsGroup: $ogid (a patch like deploy/kubernetes/overlays/nfs-2x4/volume-owner.yaml; NFS-like volumes ignore fsGroup)"
+    else
+      fix="the volume belongs to root: have it owned by the pod's user on the file server (chown $(id -u):$(id -g) <export>), or, if it is group-writable, add its group $ogid to the pod's securityContext.supplementalGroups (NFS-like volumes ignore fsGroup)"
+    fi
+  else
+    fix="run the container as the folder's owner (docker run --user \"\$(id -u):\$(id -g)\" ..., podman: --userns keep-id), or on the host: mkdir -p <folder> && chown $(id -u):$(id -g) <folder>"
+  fi
+  echo "error: $1 (a volume) $2 by uid $(id -u) ($owner belongs to uid $ouid, gid $ogid); $fix" >&2
+  exit 1
+}
 for dir in ${PROJECT_VOLUMES:-/app/data /app/logs}; do
   if [ ! -d "$dir" ]; then
-    mkdir -p "$dir" 2>/dev/null || { echo "error: $dir does not exist and cannot be created by uid $(id -u)" >&2; exit 1; }
+    mkdir -p "$dir" 2>/dev/null || volume_error "$dir" "does not exist and cannot be created"
   elif [ ! -w "$dir" ] || [ ! -x "$dir" ]; then
-    echo "error: $dir (a volume) is not writable by uid $(id -u) (it belongs to uid $(stat -c %u "$dir"));" \
-      "run the container as the folder's owner (docker run --user \"\$(id -u):\$(id -g)\" ...), or on the host:" \
-      "mkdir -p <folder> && chown $(id -u):$(id -g) <folder> (Kubernetes: securityContext.fsGroup: $(id -g))" >&2
-    exit 1
+    volume_error "$dir" "is not writable"
   fi
 done
 # Another --user than the image's own has no writable home: caches (matplotlib, torch) go to a temporary one.

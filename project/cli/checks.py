@@ -143,6 +143,59 @@ LIGHTNING_TENSORBOARD = (
 )
 
 
+GPU_ACCELERATORS = ("gpu", "cuda", "lightning.pytorch.accelerators.CUDAAccelerator")
+
+
+def _compiled_for(capability: tuple[int, int], arches: list[str]) -> bool:
+    """Whether a GPU of compute ``capability`` runs this torch build's kernels: a cubin ``sm_XY`` of the same major
+    version and a minor version up to the GPU's, or PTX ``compute_XY`` of a capability up to the GPU's (CUDA's
+    compatibility rules)."""
+    for arch in arches:
+        kind, _, digits = arch.partition("_")
+        if not digits.isdigit():
+            continue
+        built = (int(digits[:-1]), int(digits[-1]))
+        if (kind == "sm" and built[0] == capability[0] and built[1] <= capability[1]) or (
+            kind == "compute" and built <= capability
+        ):
+            return True
+    return False
+
+
+def check_gpu_present(cfg: Any) -> None:
+    """``trainer.accelerator: gpu`` (or ``cuda``; configs/trainer/gpu.yaml and ddp.yaml set it) where torch sees no
+    CUDA GPU, or only GPUs this torch build has no kernels for, is refused with the fix, instead of Lightning's
+    ``No supported gpu backend found!`` or a kernel error in the first step. The build's GPUs:
+    ``torch.cuda.get_arch_list()``."""
+    accelerator = cfg.trainer.accelerator
+    name = str(getattr(accelerator, "class_path", accelerator) or "auto")
+    if name.lower() not in GPU_ACCELERATORS and name not in GPU_ACCELERATORS:
+        return
+    build = f"torch {torch.__version__}"
+    if torch.version.cuda is None:
+        raise ConfigError(
+            f"trainer.accelerator: {name} needs a CUDA build of torch, and {build} is built for the CPU only; install "
+            "the locked CUDA build (requirements.lock) or pass --trainer.accelerator cpu"
+        )
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator: {name}, but {build} (CUDA {torch.version.cuda}) finds no usable NVIDIA GPU here; "
+            "without one pass --trainer.accelerator cpu (or leave out configs/trainer/gpu.yaml and ddp.yaml); "
+            "in a container give it the GPUs (docker run --gpus all ..., podman run --device nvidia.com/gpu=all "
+            "...); the host needs an NVIDIA driver for CUDA 13 (>= 580: nvidia-smi shows it)"
+        )
+    arches = torch.cuda.get_arch_list()
+    for index in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(index)
+        if not _compiled_for((major, minor), arches):
+            gpu = f"GPU {index} ({torch.cuda.get_device_name(index)}, sm_{major}{minor})"
+            raise ConfigError(
+                f"trainer.accelerator: {name}, but {gpu} "
+                f"is not supported by {build}, which has kernels for {' '.join(arches)}; use a GPU of those "
+                "generations (docs/cluster.md lists them), or --trainer.accelerator cpu"
+            )
+
+
 def check_benchmark_vs_deterministic(cfg: Any) -> None:
     """``trainer.deterministic: true`` with ``trainer.benchmark: true`` is refused."""
     if cfg.trainer.deterministic is True and cfg.trainer.benchmark:
@@ -395,6 +448,7 @@ def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
 # Every command's checks, in the order they run (then check_no_twins, check_trainer_ranges and the data folders).
 CHECKS: tuple[Callable[[Any], None], ...] = (
     settle_user_paths,
+    check_gpu_present,
     check_benchmark_vs_deterministic,
     settle_auto_precision,
     check_precision_available,

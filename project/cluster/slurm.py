@@ -12,7 +12,10 @@ start a new ``version_N`` and forget the best score. This module closes that gap
   (the preemption checkpoint, or ``last.ckpt`` when it is newer), like ``--ckpt_path RUN``.
 
 The same works for any scheduler that restarts a job's command: set ``PROJECT_JOB_ID`` to an id that stays the
-same across restarts (deploy/kubernetes/train.yaml gives every pod its Job's uid). Outside SLURM (no
+same across restarts (deploy/kubernetes/train/train.yaml gives every pod its Job's uid). Such schedulers (and
+``scancel``) stop a job with SIGTERM rather than SIGUSR1: Lightning then ends fit at the next training step
+(``SIGTERMException``), and :class:`SlurmRequeue` first saves the same kind of checkpoint, ``hpc_ckpt_<k>.ckpt``,
+so the restarted job resumes from the step it was stopped at, not from the last epoch's end. Outside SLURM (no
 ``SLURM_NTASKS``, or an interactive ``srun bash``) and without ``PROJECT_JOB_ID`` nothing changes.
 """
 
@@ -26,6 +29,8 @@ from typing import Any
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from project import adapters
 from project.errors import UnreadableFile
@@ -55,6 +60,13 @@ def job_of(run: Path) -> str | None:
     except UnreadableFile:
         return None
     return str(data.get("job")) if isinstance(data, dict) and data.get("job") is not None else None
+
+
+def next_preemption_checkpoint(folder: Path) -> Path:
+    """``hpc_ckpt_<k>.ckpt`` in ``folder`` with ``k`` one above the highest there (1 in an empty folder), the name
+    Lightning's SIGUSR1 handler gives its checkpoint, so that both kinds sort and resume alike."""
+    numbers = [int(n) for p in folder.glob("hpc_ckpt_*.ckpt") if (n := p.stem.removeprefix("hpc_ckpt_")).isdigit()]
+    return folder / f"hpc_ckpt_{max(numbers, default=0) + 1}.ckpt"
 
 
 def newest_checkpoint(run: Path) -> Path | None:
@@ -91,11 +103,16 @@ def prepare(cfg: Any) -> None:
 
 class SlurmRequeue(Callback):
     """Under SLURM (or with ``PROJECT_JOB_ID``): Lightning's preemption checkpoint goes into the run's
-    ``checkpoints/``, and rank 0 records the job in the run folder (``slurm_job.json``), so a requeued start finds
-    both. Elsewhere it does nothing. Every run has it (``slurm_requeue`` in ``--print_config``).
+    ``checkpoints/``, a SIGTERM saves one too, and rank 0 records the job in the run folder (``slurm_job.json``), so
+    a requeued or restarted start finds both. Elsewhere it does nothing. Every run has it (``slurm_requeue`` in
+    ``--print_config``).
 
-    Lightning saves the preemption checkpoint into ``trainer.default_root_dir``; that is set here, from the
-    run folder all ranks agree on (``trainer.log_dir``, broadcast by Lightning), at ``setup``.
+    Lightning saves the SIGUSR1 preemption checkpoint into ``trainer.default_root_dir``; that is set here, from
+    the run folder all ranks agree on (``trainer.log_dir``, broadcast by Lightning), at ``setup``. On SIGTERM
+    Lightning's loops raise ``SIGTERMException`` between two training steps (under DDP on every rank together
+    when rank 0 got the signal: Lightning broadcasts it each step); :meth:`on_exception` then saves
+    ``hpc_ckpt_<k>.ckpt`` there with ``Trainer.save_checkpoint`` (a collective: every rank calls it) before fit
+    ends. The checkpoint holds the loops' position, so the resumed run continues with the next batch.
     """
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -109,6 +126,17 @@ class SlurmRequeue(Callback):
         if trainer.is_global_zero:
             folder.mkdir(parents=True, exist_ok=True)
             record_start(Path(log_dir))
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        job = slurm_job()
+        if not isinstance(exception, SIGTERMException) or job is None or trainer.state.fn != TrainerFn.FITTING:
+            return
+        folder = Path(trainer.default_root_dir)  # the run's checkpoints/ (setup); the same test on every rank
+        if folder.name != "checkpoints":
+            return  # stopped before setup pointed it at the run
+        path = next_preemption_checkpoint(folder)
+        trainer.save_checkpoint(path)
+        log.warning("job %s: SIGTERM: saved %s; a restart of this job resumes from it", job, path)
 
 
 def record_start(run: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 import pytest
 import torch
 import yaml
-from helpers import REPO, results, run_dirs
+from helpers import REPO, free_port_for_slurm, results, run_dirs
 
 
 def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
@@ -149,18 +150,26 @@ def test_concurrent_prepare_on_shared_storage_imports_once(fashion_source, tmp_p
 
 
 def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_path):
-    """scripts/slurm.sbatch with stub srun/scontrol: SIGUSR1 to the batch shell reaches the tasks, the job is
+    """scripts/slurm.sbatch with stub srun/apptainer/scontrol: the data is prepared in the image before srun; each
+    task runs ``apptainer exec --cleanenv`` with its SLURM variables passed in as APPTAINERENV_SLURM_*; SIGUSR1 to
+    the batch shell reaches the process in the container (srun, the task's exec'd apptainer), the job is
     requeued from outside the container, and the script exits with the tasks' status."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text(
-        f"#!/bin/bash\ntrap 'echo srun-got-USR1 >> {log}; exit 3' USR1\necho srun-started >> {log}\n"
+    # srun starts one task with the variables srun sets (SLURM_PROCID ...); exec: its signals reach the task
+    (bin_dir / "srun").write_text('#!/bin/bash\nexport SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=1\nexec "$@"\n')
+    (bin_dir / "apptainer").write_text(
+        "#!/bin/bash\n"
+        f'echo "apptainer $* | env: $(env | grep -c ^SLURM_) SLURM, procid=${{APPTAINERENV_SLURM_PROCID:-}}" >> {log}\n'
+        'case "$*" in *project.fit*) ;; *) exit 0 ;; esac\n'
+        f"trap 'echo task-got-USR1 >> {log}; exit 3' USR1\necho task-started >> {log}\n"
         "while true; do sleep 0.05; done\n"
     )
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "scontrol $*" >> {log}\n')
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "77"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_ID="77")
     proc = subprocess.Popen(
         ["bash", str(REPO / "scripts" / "slurm.sbatch")],
         cwd=tmp_path,
@@ -170,14 +179,45 @@ def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_pat
         text=True,
     )
     deadline = time.time() + 30
-    while not (log.exists() and "srun-started" in log.read_text()) and time.time() < deadline:
+    while not (log.exists() and "task-started" in log.read_text()) and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 3, out  # the tasks' exit status
-    lines = log.read_text().splitlines()
-    assert lines[0] == "srun-started" and sorted(lines[1:]) == ["scontrol requeue 77", "srun-got-USR1"]
-    assert "preemption signal" in out
+    prepare, task, started, *rest = log.read_text().splitlines()
+    image = "apptainer exec --nv --cleanenv --bind"
+    assert prepare.startswith(image) and "prepare_data()" in prepare and prepare.endswith("procid=")
+    assert task.startswith(image) and "python -m project.fit" in task and "--data.download false" in task
+    assert task.endswith("procid=5")  # the task's own SLURM variables, passed in for Lightning
+    assert started == "task-started" and sorted(rest) == ["scontrol requeue 77", "task-got-USR1"]
+    assert "preemption signal" in out and (tmp_path / "data").is_dir()
+
+
+def test_sweep_array_script_runs_the_same_worker_in_every_task(tmp_path):
+    """scripts/slurm-sweep.sbatch with a stub apptainer: each array task runs ``project.sweep`` in the image with
+    --cleanenv and the study's URL passed in (APPTAINERENV_OPTUNA_STORAGE), never on its command line; without
+    OPTUNA_STORAGE it stops with one error line before starting anything."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text(f'#!/bin/sh\necho "$* | $APPTAINERENV_OPTUNA_STORAGE" >> {log}\n')
+    (bin_dir / "apptainer").chmod(0o755)
+    url = "postgresql+psycopg2://sweeps:secret@db:5432/sweeps"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OPTUNA_"))}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_ARRAY_TASK_ID="3")
+    script = ["bash", str(REPO / "scripts" / "slurm-sweep.sbatch")]
+    for task in ("3", "4"):
+        done = subprocess.run(script, cwd=tmp_path, env={**env, "SLURM_ARRAY_TASK_ID": task, "OPTUNA_STORAGE": url})
+        assert done.returncode == 0
+    first, second = log.read_text().splitlines()
+    assert first == second  # the same worker in every task
+    command, storage = first.split(" | ")
+    assert command.startswith("exec --nv --cleanenv --bind") and storage == url and "secret" not in command
+    assert command.endswith("python -m project.sweep --config configs/sweeps/lr.yaml --trainer.accelerator gpu "
+                            "--trainer.devices 1")  # fmt: skip
+    assert (REPO / "configs/sweeps/lr.yaml").is_file()
+    missing = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: OPTUNA_STORAGE is not set")
+    assert len(missing.stderr.splitlines()) == 1 and len(log.read_text().splitlines()) == 2
 
 
 def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
@@ -210,22 +250,6 @@ def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0], proc.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "logs")
     assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "results.json").exists()
-
-
-def free_port_for_slurm() -> tuple[str, int]:
-    """A SLURM job id whose port (Lightning: 15000 + the id's last 4 digits) is free on 127.0.0.1, and the port."""
-    import random
-    import socket
-
-    for _ in range(200):
-        port = random.randrange(15000, 25000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return f"9{port - 15000:04d}", port
-    raise RuntimeError("no free port in 15000-24999")
 
 
 def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> list[str]:
@@ -263,6 +287,11 @@ def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> lis
         "--trainer.logger.init_args.name",
         "fashion",
     ]
+
+
+def expand(arg: str, values: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of a container argument."""
+    return re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -359,19 +388,23 @@ def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
 def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     one_node_two_processes, fashion_data, tmp_path
 ):
-    """2 nodes x 1 process started as deploy/kubernetes/train.yaml starts them (its torchrun arguments, node rank
+    """2 nodes x 1 process started as deploy/kubernetes/train/train.yaml starts them (its torchrun arguments, node rank
     from the pod's completion index; here 1 CPU process per node, master on 127.0.0.1): one run folder, one
     results.json, the result of 1 node x 2 processes."""
     _, port = free_port_for_slurm()
-    (job,) = [d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/train.yaml").read_text()) if d["kind"] == "Job"]
+    base = REPO / "deploy/kubernetes/train/train.yaml"
+    (job,) = [d for d in yaml.safe_load_all(base.read_text()) if d["kind"] == "Job"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     launch = container["args"][: container["args"].index("project.fit") + 1]  # torchrun ... -m project.fit
-    assert launch[0] == "torchrun" and "--nnodes=2" in launch and "--node_rank=$(NODE_RANK)" in launch
+    assert launch[0] == "torchrun" and "--nnodes=$(NNODES)" in launch and "--node_rank=$(NODE_RANK)" in launch
+    assert env["NNODES"] == "2"
     here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
     args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
     procs = []
     for node in (0, 1):
-        torchrun = [a.replace("$(NODE_RANK)", str(node)) for a in launch[1:]]  # as Kubernetes expands it
+        values = {**env, "NODE_RANK": str(node)}
+        torchrun = [expand(a, values) for a in launch[1:]]  # as Kubernetes expands them
         torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
         procs.append(
             subprocess.Popen(
@@ -387,8 +420,9 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
 
 
 def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_data, tmp_path):
-    """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch and replaced runs the same command with the same
-    PROJECT_JOB_ID (the Job's uid): it resumes the run that Job started, in place, with the uninterrupted result."""
+    """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch (no SLURM variables, as the kubelet stops it) saves a
+    checkpoint at that step; replaced, it runs the same command with the same PROJECT_JOB_ID (the Job's uid) and
+    resumes the run that Job started, in place, from that checkpoint, with the uninterrupted result."""
     args = resume_args(fashion_data, tmp_path / "logs", "helpers.Sigterm")
     ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, clean_env())
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -398,9 +432,12 @@ def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_d
     assert first.returncode == -signal.SIGTERM, first.stderr[-3000:]
     (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
     assert not (run / "results.json").exists()
+    sigterm_ckpt = run / "checkpoints" / "hpc_ckpt_1.ckpt"  # step 15, mid epoch 2; last.ckpt is step 10
+    assert torch.load(sigterm_ckpt, map_location="cpu", weights_only=True)["global_step"] == 15
+    assert f"SIGTERM: saved {sigterm_ckpt}" in first.stderr
     # the replacement pod: same command, same Job uid
     second = fit(args, tmp_path, clean_env(PROJECT_JOB_ID=uid))
     assert second.returncode == 0, second.stderr[-3000:]
-    assert f"job {uid} was requeued" in second.stderr
+    assert f"job {uid} was requeued" in second.stderr and "from hpc_ckpt_1.ckpt" in second.stderr
     job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)
     assert job["job"] == uid and [s["restart_count"] for s in job["starts"]] == [0, 1]

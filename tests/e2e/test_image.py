@@ -1,24 +1,18 @@
-"""The container image's entry point and the Kubernetes manifest (offline). The image itself is built and run in
-CI by .ci/image (buildah); these tests need neither a container engine nor a cluster."""
+"""The container image's entry point (offline). The image itself is built and run in CI by .ci/image (buildah);
+these tests need no container engine. The Kubernetes manifests: tests/cluster/test_manifests.py."""
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
-import yaml
 from helpers import REPO
 
 ENTRYPOINT = REPO / "deploy" / "docker" / "entrypoint.sh"
-MANIFEST = REPO / "deploy" / "kubernetes" / "train.yaml"
-K8S_VERSION = "1.30"  # schemas bundled with kubernetes-validate: no network
 
 
 def stub_bin(tmp_path):
@@ -31,11 +25,12 @@ def stub_bin(tmp_path):
     return bin_dir
 
 
-def entry(tmp_path, *args, volumes, uid=None, home=None):
+def entry(tmp_path, *args, volumes, uid=None, home=None, **env_vars):
     env = {
         "PATH": f"{stub_bin(tmp_path)}{os.pathsep}/usr/bin:/bin",
         "PROJECT_VOLUMES": " ".join(map(str, volumes)),
         "HOME": str(home or tmp_path),
+        **env_vars,
     }
     script = ENTRYPOINT
     if uid is not None and os.geteuid() == 0:
@@ -88,6 +83,7 @@ def other_users_folder(open_tmp):
 
 
 def test_entrypoint_refuses_an_unwritable_volume_with_one_line_and_the_fix(open_tmp, other_users_folder):
+    """Under Docker/podman: run as the folder's owner, or chown it on the host."""
     tmp_path = open_tmp
     data = tmp_path / "data"
     data.mkdir()
@@ -98,7 +94,36 @@ def test_entrypoint_refuses_an_unwritable_volume_with_one_line_and_the_fix(open_
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"error: {other_users_folder} (a volume) is not writable by uid {uid}"), line
     assert f"belongs to uid {other_users_folder.stat().st_uid}" in line
-    assert '--user "$(id -u):$(id -g)"' in line and f"chown {uid}:" in line and "fsGroup" in line
+    assert '--user "$(id -u):$(id -g)"' in line and f"chown {uid}:" in line and "keep-id" in line
+    assert "fsGroup" not in line and "runAsUser" not in line
+
+
+def test_entrypoint_names_the_kubernetes_fix_for_the_volumes_owner(open_tmp, other_users_folder):
+    """In a pod (KUBERNETES_SERVICE_HOST set) on a volume whose owner is not the pod's user, as on NFS-like volumes
+    that ignore fsGroup: the fix is the pod's runAsUser/runAsGroup set to that owner (the overlays' patch), or,
+    for a root-owned volume, giving it to the pod's user on the file server. A missing folder below an unwritable
+    one names the same fix, with the owner of the folder in the way."""
+    uid = 1000 if os.geteuid() == 0 else os.geteuid()
+    folders = [other_users_folder]  # root's (as root) or a read-only one of ours
+    if os.geteuid() == 0:  # also an NFS export's usual case: owned by another non-root user
+        folders.append(open_tmp / "export")
+        folders[-1].mkdir(mode=0o755)
+        os.chown(folders[-1], 2000, 2000)
+    for folder in folders:
+        owner = folder.stat()
+        for volume, why in ((folder, "is not writable"), (folder / "logs", "does not exist")):
+            proc = entry(open_tmp, "fit", volumes=[volume], uid=uid, KUBERNETES_SERVICE_HOST="10.0.0.1")
+            assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+            (line,) = proc.stderr.splitlines()
+            assert line.startswith(f"error: {volume} (a volume) {why}") and f"uid {uid}" in line, line
+            assert f"{folder} belongs to uid {owner.st_uid}, gid {owner.st_gid}" in line
+            assert "docker" not in line and "NFS-like volumes ignore fsGroup" in line
+            if owner.st_uid == 0:
+                assert f"chown {uid}:" in line and "supplementalGroups" in line, line
+            else:
+                assert f"runAsUser: {owner.st_uid}, runAsGroup: {owner.st_gid}" in line, line
+                assert "volume-owner.yaml" in line
+    assert (REPO / "deploy/kubernetes/overlays/nfs-2x4/volume-owner.yaml").is_file()  # the patch it names
 
 
 def test_entrypoint_gives_another_user_a_writable_home(open_tmp):
@@ -115,62 +140,3 @@ def test_entrypoint_gives_another_user_a_writable_home(open_tmp):
     assert proc.returncode == 0, proc.stderr
     got_home = proc.stdout.split("HOME=")[1].strip()
     assert got_home != str(home) and os.stat(got_home).st_uid == 1234
-
-
-def manifest() -> list[dict]:
-    return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
-
-
-def test_kubernetes_manifest_is_valid_and_consistent():
-    """Every resource validates strictly (no unknown field) against Kubernetes' own schema; the Job, the headless
-    Service and torchrun agree on the node count, the rendezvous address and the GPUs per node; the training
-    arguments parse."""
-    docs = {d["kind"]: d for d in manifest()}
-    for doc in docs.values():
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-    job, service = docs["Job"], docs["Service"]
-    spec, pod = job["spec"], job["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    args = container["args"]
-    opts = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
-    assert args[0] == "torchrun" and "command" not in container  # the image's entry point stays in front
-    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]
-    assert int(opts["--nnodes"]) == int(opts["--trainer.num_nodes"]) == spec["completions"]
-    gpus = container["resources"]["limits"]["nvidia.com/gpu"]
-    assert int(opts["--nproc_per_node"]) == int(opts["--trainer.devices"]) == gpus
-    assert opts["--node_rank"] == "$(NODE_RANK)"
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
-    assert env["NODE_RANK"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-    assert env["PROJECT_JOB_ID"] == "metadata.labels['controller-uid']"
-    assert service["spec"]["clusterIP"] == "None" and pod["subdomain"] == service["metadata"]["name"]
-    assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
-    assert opts["--master_addr"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
-    assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["fsGroup"] == 1000
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    claim = docs["PersistentVolumeClaim"]
-    shared = {
-        v["name"]
-        for v in pod["volumes"]
-        if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"]
-    }
-    assert {mounts["/app/logs"]["name"], mounts["/app/data"]["name"]} <= shared
-    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
-    fit_args = args[args.index("project.fit") + 1 :]
-    proc = subprocess.run(
-        [sys.executable, "-m", "project.fit", *fit_args, "--print_config"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    printed = yaml.safe_load(proc.stdout)
-    assert printed["trainer"]["num_nodes"] == spec["completions"] and printed["trainer"]["strategy"] == "ddp"
-
-
-def test_kubernetes_validation_catches_a_misspelt_field():
-    """The validation above is not vacuous: a misspelt Job field fails it."""
-    job = copy.deepcopy(next(d for d in manifest() if d["kind"] == "Job"))
-    job["spec"]["completion"] = job["spec"].pop("completions")
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(job, K8S_VERSION, strict=True)

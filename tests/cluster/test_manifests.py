@@ -1,0 +1,268 @@
+"""The Kubernetes deployment as a cluster admin receives it: every overlay of deploy/kubernetes rendered offline by
+``kubectl kustomize`` (no cluster), then checked for what it means. checkov's policies run on the same rendering
+in CI (.ci/manifests); these tests check the properties this project relies on."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from helpers import REPO
+
+KUSTOMIZE = REPO / "deploy" / "kubernetes"
+OVERLAYS = sorted(p.parent for p in (KUSTOMIZE / "overlays").glob("*/kustomization.yaml"))
+K8S_VERSION = "1.30"  # schemas bundled with kubernetes-validate: no network
+TRAIN_JOB, SWEEP_JOB = "cnn-recipes", "cnn-recipes-sweep"
+
+
+def render(folder: Path) -> list[dict]:
+    """``kubectl kustomize FOLDER`` as parsed YAML documents. Without kubectl the test is skipped, except in CI
+    (``CI`` set), where .ci/run installs it."""
+    if shutil.which("kubectl") is None:
+        msg = "kubectl is needed to render the kustomize overlays (Debian: apt-get install kubernetes-client)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    proc = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    (doc,) = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    return doc
+
+
+def jobs(docs: list[dict]) -> list[dict]:
+    return [d for d in docs if d["kind"] == "Job"]
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """Whether a label selector (``matchLabels`` only, as these manifests use) selects a pod with ``labels``."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def ingress_allowed(policies: list[dict], target: dict, source: dict, port: int) -> bool:
+    """NetworkPolicy semantics (same namespace, pod selectors and ports only): may a pod labelled ``source`` open a
+    connection to ``port`` of a pod labelled ``target``? Unselected pods admit everything."""
+    mine = [p for p in policies if selects(p["spec"]["podSelector"], target) and "Ingress" in p["spec"]["policyTypes"]]
+    if not mine:
+        return True
+    for policy in mine:
+        for rule in policy["spec"].get("ingress", []):
+            peers = rule.get("from")
+            ports = rule.get("ports")
+            peer_ok = peers is None or any(
+                set(p) == {"podSelector"} and selects(p["podSelector"], source) for p in peers
+            )
+            port_ok = ports is None or any(p.get("port") == port for p in ports)
+            if peer_ok and port_ok:
+                return True
+    return False
+
+
+def pod_labels(job: dict) -> dict:
+    """The labels the Job controller gives its pods: the template's, plus the Job's name."""
+    return {**job["spec"]["template"]["metadata"]["labels"], "batch.kubernetes.io/job-name": job["metadata"]["name"]}
+
+
+def env_of(container: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def expand(arg: str, env: dict) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of a container argument."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: str(env.get(m.group(1), m.group(0))), arg)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    assert {p.name for p in OVERLAYS} >= {"nfs-2x4", "cephfs-4x8", "sweep-postgres"}
+    return {p.name: render(p) for p in OVERLAYS}
+
+
+def test_every_overlay_renders_valid_resources_in_its_namespace(rendered):
+    """Every rendered resource validates strictly (no unknown field) against Kubernetes' own schema, and lies in
+    the overlay's namespace (none lands in ``default``)."""
+    for name, docs in rendered.items():
+        assert {d["kind"] for d in docs} >= {"Job", "NetworkPolicy", "PersistentVolumeClaim"}, name
+        for doc in docs:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            assert doc["metadata"].get("namespace") not in (None, "", "default"), (name, doc["metadata"])
+
+
+def test_validation_catches_a_misspelt_field(rendered):
+    """The validation above is not vacuous: a misspelt Job field fails it."""
+    job = copy.deepcopy(jobs(rendered["nfs-2x4"])[0])
+    job["spec"]["backoffLimitPerIdex"] = job["spec"].pop("backoffLimitPerIndex")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+
+
+def test_pods_meet_pod_security_restricted_and_are_bounded(rendered):
+    """Pod Security Standards "restricted" and what a shared GPU cluster asks besides: non-root, no privilege
+    escalation, no capabilities, the runtime's seccomp profile, no service-account token, a read-only root file
+    system, CPU and memory requested and limited, the image pinned by digest, a deadline for the Job."""
+    for name, docs in rendered.items():
+        for job in jobs(docs):
+            spec, pod = job["spec"], job["spec"]["template"]["spec"]
+            ctx = pod["securityContext"]
+            assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] > 0 and ctx["runAsGroup"] > 0, (name, ctx)
+            assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert pod["automountServiceAccountToken"] is False
+            assert not {"hostNetwork", "hostPID", "hostIPC"} & pod.keys()
+            assert all("hostPath" not in v for v in pod["volumes"])
+            assert 0 < spec["activeDeadlineSeconds"] <= 7 * 24 * 3600
+            for c in pod["containers"]:
+                sc = c["securityContext"]
+                assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+                assert sc["capabilities"] == {"drop": ["ALL"]}
+                assert "privileged" not in sc and "runAsUser" not in sc  # the pod's user, set in one place
+                assert re.fullmatch(r"[a-z0-9.\-/]+@sha256:[0-9a-f]{64}", c["image"]), c["image"]
+                res = c["resources"]
+                for key in ("cpu", "memory", "nvidia.com/gpu"):
+                    assert res["requests"][key] == res["limits"][key], (name, key)
+            mounts = {m["mountPath"] for c in pod["containers"] for m in c["volumeMounts"]}
+            assert {"/tmp", "/dev/shm", "/shared"} <= mounts  # what a read-only root file system still needs
+
+
+def test_rendezvous_port_reachable_only_from_the_jobs_own_pods(rendered):
+    """Port 29500 (the unauthenticated rendezvous store) of a training pod admits this Job's other pods, and no
+    pod of another Job or app; the headless Service and the NetworkPolicy select exactly the Job's pods."""
+    for name in ("nfs-2x4", "cephfs-4x8"):
+        docs = rendered[name]
+        job, service = one(docs, "Job", TRAIN_JOB), one(docs, "Service")
+        policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+        me = pod_labels(job)
+        assert selects({"matchLabels": service["spec"]["selector"]}, me)
+        assert {p["port"] for p in service["spec"]["ports"]} == {29500}
+        assert ingress_allowed(policies, me, me, 29500)  # the job's other pods
+        other_job = {**me, "batch.kubernetes.io/job-name": "someone-else"}
+        sweep_pod = pod_labels(one(rendered["sweep-postgres"], "Job", SWEEP_JOB))
+        for stranger in ({}, {"app": "web"}, other_job, sweep_pod):
+            assert not ingress_allowed(policies, me, stranger, 29500), (name, stranger)
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--master_addr={job['metadata']['name']}-0.{service['metadata']['name']}" in args
+        assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+    sweep = rendered["sweep-postgres"]
+    worker = pod_labels(one(sweep, "Job", SWEEP_JOB))
+    policies = [d for d in sweep if d["kind"] == "NetworkPolicy"]
+    assert not ingress_allowed(policies, worker, worker, 29500)  # sweep workers accept no connection
+
+
+def test_storage_class_comes_from_the_overlay(rendered):
+    """The base claim has no storage class (a cluster's default is often block storage, where an RWX claim stays
+    Pending); each overlay's rendered claim carries the class its own patch names."""
+    base = one(render(KUSTOMIZE / "volume"), "PersistentVolumeClaim")
+    assert "storageClassName" not in base["spec"] and base["spec"]["accessModes"] == ["ReadWriteMany"]
+    for overlay in OVERLAYS:
+        patch = yaml.safe_load((overlay / "storage-class.yaml").read_text())
+        claim = one(rendered[overlay.name], "PersistentVolumeClaim")
+        assert claim["spec"]["storageClassName"] == patch["spec"]["storageClassName"] != ""
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+        for job in jobs(rendered[overlay.name]):
+            claims = [v["persistentVolumeClaim"]["claimName"] for v in job["spec"]["template"]["spec"]["volumes"]
+                      if "persistentVolumeClaim" in v]  # fmt: skip
+            assert claims == [claim["metadata"]["name"]]
+
+
+def test_volume_owner_patch_sets_the_pods_user(rendered):
+    """On NFS-like volumes fsGroup does nothing: the overlays for them run the pods as the volume's owner."""
+    for name, job_name in (("nfs-2x4", TRAIN_JOB), ("sweep-postgres", SWEEP_JOB)):
+        patch = yaml.safe_load((KUSTOMIZE / "overlays" / name / "volume-owner.yaml").read_text())
+        want = patch["spec"]["template"]["spec"]["securityContext"]
+        ctx = one(rendered[name], "Job", job_name)["spec"]["template"]["spec"]["securityContext"]
+        assert want["runAsUser"] != 1000 and ctx["runAsUser"] == want["runAsUser"]
+        assert ctx["runAsGroup"] == want["runAsGroup"] and ctx["runAsNonRoot"] is True
+
+
+def test_node_loss_restarts_the_job_instead_of_failing_it(rendered):
+    """A pod lost with its node (or evicted, preempted) is replaced without counting; other failures count per
+    node (index), not for the whole Job; a replacement never runs beside the pod it replaces."""
+    for docs in rendered.values():
+        for job in jobs(docs):
+            spec = job["spec"]
+            assert spec["completionMode"] == "Indexed" and spec["template"]["spec"]["restartPolicy"] == "Never"
+            assert spec["backoffLimitPerIndex"] >= 2 and "backoffLimit" not in spec
+            assert spec["podReplacementPolicy"] == "Failed"
+            first = spec["podFailurePolicy"]["rules"][0]
+            assert first["action"] == "Ignore"
+            assert first["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+
+
+def test_node_and_gpu_counts_agree_and_the_training_arguments_parse(rendered):
+    """Each training overlay's node count (completions, parallelism, NNODES) and GPUs per node (GPUS_PER_NODE,
+    the GPU request) agree, and the container's arguments, expanded as Kubernetes does, parse: torchrun's and
+    fit's node and device counts, the shared volume's folders, the rendezvous timeout."""
+    counts = {}
+    for name in ("nfs-2x4", "cephfs-4x8"):
+        job = one(rendered[name], "Job", TRAIN_JOB)
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        env = env_of(container)
+        nodes, gpus = int(env["NNODES"]), int(env["GPUS_PER_NODE"])
+        counts[name] = (nodes, gpus)
+        assert job["spec"]["completions"] == job["spec"]["parallelism"] == nodes
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+        args = [expand(a, {**env, "NODE_RANK": "0"}) for a in container["args"]]
+        opts = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        assert args[0] == "torchrun" and "command" not in container  # the image's entry point stays in front
+        assert int(opts["--nnodes"]) == int(opts["--trainer.num_nodes"]) == nodes
+        assert int(opts["--nproc_per_node"]) == int(opts["--trainer.devices"]) == gpus
+        assert opts["--rdzv_conf"] == f"timeout={int(env['RENDEZVOUS_TIMEOUT_S'])}"
+        volumes = env["PROJECT_VOLUMES"].split()
+        assert {opts["--data.data_dir"], opts["--trainer.logger.init_args.save_dir"]} == set(volumes)
+        assert all(v.startswith("/shared/") for v in volumes)  # beneath the shared volume's mount
+        env_ids = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+        assert env_ids["NODE_RANK"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        assert env_ids["PROJECT_JOB_ID"] == "metadata.labels['batch.kubernetes.io/controller-uid']"
+    assert counts == {"nfs-2x4": (2, 4), "cephfs-4x8": (4, 8)}
+    fit_args = args[args.index("project.fit") + 1 :]  # the last overlay's
+    proc = subprocess.run(
+        [sys.executable, "-m", "project.fit", *fit_args, "--print_config"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["trainer"]["num_nodes"] == 4 and str(printed["trainer"]["devices"]) == "8"  # Lightning: "8" = 8
+    assert printed["trainer"]["strategy"]["class_path"] == "project.cluster.BoundDDPStrategy"
+    assert printed["data"]["init_args"]["data_dir"] == "/shared/data"
+
+
+def test_sweep_workers_share_one_postgresql_study(rendered):
+    """N sweep workers, one GPU each, run the same sweep command against the study named by the Secret's URL;
+    a configuration error (exit status 2) ends the Job at once instead of being retried N times."""
+    job = one(rendered["sweep-postgres"], "Job", SWEEP_JOB)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 8
+    assert container["args"][0] == "sweep" and "--config=configs/sweeps/lr.yaml" in container["args"]
+    assert "--storage" not in " ".join(container["args"])  # the password stays in the Secret
+    storage = env_of(container)["OPTUNA_STORAGE"]
+    assert storage == {"secretKeyRef": {"name": "cnn-recipes-sweep-db", "key": "url"}}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert {"action": "FailJob", "onExitCodes": {"containerName": "sweep", "operator": "In", "values": [2]}} in rules
+
+
+def test_every_skipped_policy_check_is_justified():
+    """A checkov check skipped in a manifest names the check and says why (.ci/manifests runs the others)."""
+    skips = []
+    for path in KUSTOMIZE.rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for key, value in ((doc or {}).get("metadata", {}).get("annotations") or {}).items():
+                if key.startswith("checkov.io/skip"):
+                    skips.append(value)
+                    check, _, why = value.partition("=")
+                    assert re.fullmatch(r"CKV2?_K8S_\d+", check) and len(why.split()) >= 8, (path, value)
+    assert skips  # the annotations are where .ci/manifests' skips come from
