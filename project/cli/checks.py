@@ -445,6 +445,9 @@ def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
             )
 
 
+# Checks of this machine rather than of the config: --print_config leaves them out (ProjectCLI.check_config).
+MACHINE_CHECKS: tuple[Callable[[Any], None], ...] = (check_gpu_present,)
+
 # Every command's checks, in the order they run (then check_no_twins, check_trainer_ranges and the data folders).
 CHECKS: tuple[Callable[[Any], None], ...] = (
     settle_user_paths,

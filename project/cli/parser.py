@@ -263,18 +263,23 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         checks.settle_seed(cfg)
         self.claim_run_folder()
 
-    def check_config(self, cfg: Any) -> None:
+    def check_config(self, cfg: Any, machine: bool = True) -> None:
         """The config checks of :meth:`prepare_config` (:data:`checks.CHECKS` and the rest), which settle ``cfg``
-        in place and write nothing.
+        in place and write nothing. ``machine=False`` leaves out what depends on this machine rather than on the
+        config (:data:`checks.MACHINE_CHECKS`: a GPU, the data folders), for ``--print_config``: a config for a GPU
+        cluster prints on a laptop.
 
         Raises:
             ConfigError: one line naming the key and the fix.
         """
         self.settle_default_logger(cfg)
         for check in checks.CHECKS:
-            check(cfg)
+            if machine or check not in checks.MACHINE_CHECKS:
+                check(cfg)
         checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
         checks.check_trainer_ranges(cfg)
+        if not machine:
+            return
         checks.check_data_dir(cfg)
         if self.command_options is None:  # fit
             checks.check_source_dir(cfg)
@@ -302,7 +307,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             cfg = parser.parse_args(plain)
         except ArgumentError:
             return
-        self.check_config(cfg)
+        self.check_config(cfg, machine=False)
         checks.settle_seed(cfg)
 
     def claim_run_folder(self) -> None:

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from helpers import REPO, results, run_dirs
+from helpers import REPO, own_data, results, run_dirs
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from PIL import Image
 
@@ -83,9 +83,9 @@ def test_a_command_runs_any_run_as_one_process_with_the_single_process_answer(
     run = as_trained_with(trained_run, tmp_path, STRATEGIES[strategy])
     images = eight_pngs(tmp_path / "images")
     argv = {
-        "evaluate": [str(run)],
+        "evaluate": [str(run), *own_data(run)],
         "predict": [str(run), str(images), "--out", str(tmp_path / "preds.csv")],
-        "export": [str(run), "--format", "pt2", "--repeats", "1"],
+        "export": [str(run), *own_data(run), "--format", "pt2", "--repeats", "1"],
     }[command]
     # rebuilt as the command rebuilds it: one process on one device (checked before anything could launch more)
     trainer = cli_for_run(run, argv, f"python -m project.{command}", COMMANDS[command].COMMAND).trainer

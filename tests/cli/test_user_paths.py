@@ -77,11 +77,19 @@ def test_fit_and_resume_read_every_path_option_from_the_home_folder(run_in_home,
 @pytest.mark.parametrize(
     "command, argv, made",
     [
-        ("evaluate", ["~/logs/tiny/version_0"], "logs/tiny/version_0/eval-best-test.json"),
-        ("evaluate", ["~/logs/tiny", "--ckpt", "~/logs/tiny/version_0/checkpoints/last.ckpt"], None),
+        ("evaluate", ["~/logs/tiny/version_0", "--data.data_dir", "~/data"], "logs/tiny/version_0/eval-best-test.json"),
+        (
+            "evaluate",
+            ["~/logs/tiny", "--ckpt", "~/logs/tiny/version_0/checkpoints/last.ckpt", "--data.data_dir", "~/data"],
+            None,
+        ),
         ("evaluate", ["~/logs/tiny/version_0/checkpoints/last.ckpt", "--data.data_dir", "~/data"], None),
         ("predict", ["~/logs/tiny/version_0", "~/images", "--out", "~/out/preds.csv"], "out/preds.csv"),
-        ("export", ["~/logs/tiny", "--format", "pt2", "--repeats", "1", "--out", "~/out/m.pt2"], "out/m.pt2"),
+        (
+            "export",
+            ["~/logs/tiny", "--format", "pt2", "--repeats", "1", "--out", "~/out/m.pt2", "--data.data_dir", "~/data"],
+            "out/m.pt2",
+        ),
         ("summarize", ["~/logs", "--out", "~/summary", "--no_plots"], "summary/summary.csv"),
     ],
     ids=["evaluate RUN", "evaluate --ckpt FILE", "evaluate ckpt as RUN, data_dir", "predict", "export", "summarize"],

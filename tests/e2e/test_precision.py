@@ -8,7 +8,7 @@ import json
 import typing
 
 import pytest
-from helpers import results, run_dirs, run_main, tiny_args
+from helpers import own_data, results, run_dirs, run_main, tiny_args
 from lightning.fabric.connector import _PRECISION_INPUT_INT, _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
 
 from project import evaluate
@@ -46,6 +46,6 @@ def test_every_precision_lightning_accepts_trains_and_is_recorded(precision, tin
     r = results(run)
     assert r["precision"] == USED_ON_CPU.get(str(precision), str(precision))
     assert r["requested_precision"] == str(precision)
-    assert evaluate.main([str(run)]) == 0
+    assert evaluate.main([str(run), *own_data(run)]) == 0
     out = json.loads((run / "eval-best-test.json").read_text())
     assert out["acc"] == r["test_acc"] and out["precision"] == r["precision"]
