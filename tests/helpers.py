@@ -108,6 +108,15 @@ def linear_data() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(64, 32, generator=g), torch.randint(0, 2, (64,), generator=g)), 16)
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (Linux: exists in /proc and is not a zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid``, not ``pid`` itself (Linux: the parent pid is field 4 of /proc/<pid>/stat)."""
     children: dict[int, list[int]] = {}

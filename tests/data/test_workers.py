@@ -8,10 +8,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from helpers import descendants
+from helpers import alive, descendants
 
 GATED = '''
 import time
@@ -50,14 +49,6 @@ from project.data.loaders import dataloader
 loader = dataloader(Gated(sys.argv[1]), None, 2, 2, False, True)
 next(iter(loader))
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_until(condition, seconds: float) -> bool:

@@ -8,12 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-from helpers import REPO, descendants, results, run_dirs, run_main, run_module, tiny_args
+from helpers import REPO, alive, descendants, results, run_dirs, run_main, run_module, tiny_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -182,14 +181,6 @@ def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
     assert len(list((run / "checkpoints").glob("*.ckpt"))) == 2
     events = list(run.glob("events.out.tfevents.*"))
     assert events and json.loads((run / "results.json").read_text())["epochs"] == 1
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
