@@ -36,8 +36,8 @@ def read_checkpoint(path: str | os.PathLike[str], trust: bool = False) -> Any:
 
     Untrusted files must be in PyTorch's zip format (what ``torch.save`` writes) with every record stored
     uncompressed, as ``torch.save`` stores them, and records no larger than the file: PyTorch allocates a
-    record's declared uncompressed size before checking it, so a 400 KiB file with a deflated 400 MiB record
-    took 400 MiB. The memory a checkpoint takes is then bounded by its file size.
+    record's declared uncompressed size before checking it, so a small file with a deflated record can claim
+    any amount of memory. The memory a checkpoint takes is then bounded by its file size.
 
     Raises:
         ConfigError: unreadable, or (untrusted) needing more than the safe unpickler allows, or with records

@@ -70,9 +70,8 @@ class LeNet(nn.Module):
 
     ``forward`` applies each ReLU after its max-pool instead of before. The two commute (ReLU is non-decreasing,
     so the max of ReLUs is the ReLU of the max), so outputs and gradients are the recipe's, while the ReLU and its
-    backward touch a quarter of the values. A channels_last training step at batch 128 on a 2-core CPU took 36 ms
-    instead of 43 ms (medians of 12 interleaved rounds of 25 steps; ``torch.profiler`` put ``clamp_min`` and
-    ``threshold_backward`` on the (N, 20, 24, 24) activations at 6 ms of the recipe's step).
+    backward touch a quarter of the values, (N, 20, 12, 12) instead of (N, 20, 24, 24) after the first
+    convolution (the step-time gain is measured in docs/decisions.md).
 
     Shapes:
         input: float tensor (N, 1, 28, 28); output: logits (N, num_classes), same dtype.

@@ -72,8 +72,8 @@ class RunCheckpoint(adapters.LastSaveRecorder):
     the same step: after an epoch that did not improve the monitored score, ``last.ckpt`` still held an older
     epoch, and a resume from it silently repeated epochs. Same arguments as the parent (and its signature).
 
-    Differences from Lightning's ModelCheckpoint, by Lightning's own tests (``scripts/upstream_tests.sh``,
-    18 of 137 fail, all for these): the callback's checkpoint state is stored under ``"RunCheckpoint{...}"``
+    Differences from Lightning's ModelCheckpoint, as Lightning's own tests show them (``scripts/upstream_tests.sh``;
+    results in docs/reliability.md): the callback's checkpoint state is stored under ``"RunCheckpoint{...}"``
     (Lightning keys it by class name; 12 tests look up ``"ModelCheckpoint{...}"`` and pass under that key);
     ``save_last='link'`` is refused (2); a restored ``best_model_path`` etc. outside ``dirpath`` is dropped
     (``test_model_checkpoint_saveload_ckpt``); ``last.ckpt`` is rewritten at every save point, so with

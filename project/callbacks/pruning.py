@@ -241,8 +241,8 @@ class Pruning(ScheduledPruning, ModelPruning):
 
     * :class:`ScheduledPruning`'s schedule: pruned at the **start** of each epoch from ``start_epoch`` to
       ``end_epoch`` (default: ``start_epoch`` only), the pruned fraction growing linearly to ``amount``;
-    * resumable masks: Lightning's ``ModelPruning`` keeps no state, so a resumed run used to lose its
-      masks and the zeros filled back in. The masks are saved in the checkpoint's callback state and
+    * resumable masks: Lightning's ``ModelPruning`` keeps no state, so a resumed run would lose its
+      masks and the zeros would fill back in. The masks are saved in the checkpoint's callback state and
       re-applied when fit resumes, before the optimizer state is restored;
     * ``sparsity/global`` and ``sparsity/<layer>`` logged each epoch, counted from the weights;
     * only real ``nn.Parameter`` attributes of the chosen layer types are pruned (a ``weight`` that

@@ -85,8 +85,8 @@ class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
     together) for ``results.json``; ``flags``: the cudnn flags in effect during training. Rank 0 only, like
     the library callback. Takes the parent's arguments (``batch_size_fn`` defaults to :func:`batch_samples`).
 
-    Differences from Lightning's ThroughputMonitor, by Lightning's own tests (``scripts/upstream_tests.sh``,
-    11 of 13 fail, all for these): validation, test and predict rates are not logged (5 tests); one more
+    Differences from Lightning's ThroughputMonitor, as Lightning's own tests show them (``scripts/upstream_tests.sh``;
+    results in docs/reliability.md): validation, test and predict rates are not logged (5 tests); one more
     ``log_metrics`` call per epoch (``train/epoch_time_s``), and the epoch clock reads ``time.perf_counter``,
     whose values those tests script call by call (6 tests; they pass with the two epoch hooks removed);
     ``window_size`` defaults to ``log_every_n_steps`` (at least 2), not 100.
@@ -137,8 +137,8 @@ class StepLearningRateMonitor(LearningRateMonitor):
     than that); one scalar per step costs nothing measurable next to a training step. Takes the parent's
     ``log_momentum`` and ``log_weight_decay``; ``logging_interval`` is always ``"step"``.
 
-    Differences from Lightning's LearningRateMonitor, by Lightning's own tests (``scripts/upstream_tests.sh``,
-    6 of 19 fail, all for these): no ``logging_interval`` argument (4 tests); an epoch-wise scheduler's rate is
+    Differences from Lightning's LearningRateMonitor, as Lightning's own tests show them
+    (``scripts/upstream_tests.sh``; results in docs/reliability.md): no ``logging_interval`` argument (4 tests); an epoch-wise scheduler's rate is
     logged at every step, not once per epoch (``test_lr_monitor_update_callback_metrics``); names of param
     groups added at an epoch start (``BackboneFinetuning``) appear at that epoch's first step, not at its
     start (``test_multiple_optimizers_basefinetuning``).

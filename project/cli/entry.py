@@ -65,10 +65,10 @@ SIGTERM_STATUS = 128 + signal.SIGTERM  # 143
 def exit_with(main: Callable[[], int]) -> NoReturn:
     """``sys.exit(main())`` for the process of a ``python -m project.<command>``, without Python's slow exit.
 
-    At exit Python collects garbage over every object still alive: after importing torch, torchvision and
-    Lightning that pass took 2.4 s of a ``fit`` on a 2-core CPU. ``gc.freeze()`` (standard library) moves the
+    At exit Python collects garbage over every object still alive, which after importing torch, torchvision and
+    Lightning is seconds of a short ``fit`` (docs/decisions.md). ``gc.freeze()`` (standard library) moves the
     objects alive at that moment (the imported modules, mostly) out of the collector's reach, here before and
-    after the work; the exit then took 0.5 s, and the collections during training found less to scan. Nothing
+    after the work, so the exit is quick and the collections during training find less to scan. Nothing
     is skipped: finalizers, ``atexit`` handlers and logger flushes still run.
 
     A run stopped by SIGTERM (:data:`SIGTERM_STATUS` from :func:`run_main`) ends by SIGTERM again, as a shell

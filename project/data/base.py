@@ -63,8 +63,8 @@ class VisionDataModule(L.LightningDataModule):
         download: let torchvision download missing files (needs network access).
         batch_size: samples per training batch (per process under DDP).
         eval_batch_size: samples per validation/test batch; default ``batch_size``. It changes no result. On
-            a GPU a larger batch is usually faster; on a CPU the one whose activations fit the cache is (on a
-            2-core CPU, LeNet: 10,000 images in 1.0 s at 128, 1.55 s at 1000).
+            a GPU a larger batch is usually faster; on a CPU the one whose activations fit the cache is
+            (docs/decisions.md).
         num_workers: DataLoader worker processes (torchvision path only).
         pin_memory: DataLoader ``pin_memory`` (useful when training on a GPU).
         persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).

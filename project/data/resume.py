@@ -13,7 +13,7 @@ With the per-epoch order from :class:`ResumableSampler` (seed + epoch), a resume
 batches as an uninterrupted one.
 
 Which epoch's order: ``trainer.current_epoch``'s, read at the epoch's first batch (:meth:`ResumableState.begin_epoch`).
-Two Lightning 2.6 behaviours made resumed runs train on another epoch's order before: the fit loop creates the
+Two Lightning 2.6 behaviours would make a resumed run train on another epoch's order: the fit loop creates the
 training iterator (``FitLoop.setup_data``) before it calls ``sampler.set_epoch`` for the epoch it resumes, and a
 ``DataLoader`` with worker processes draws its first indices the moment its iterator is created (epoch 0's order
 after every resume with ``num_workers > 0``); and with ``trainer.max_steps`` set, the count Lightning passes to

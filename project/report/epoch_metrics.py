@@ -30,8 +30,8 @@ class EpochMetrics(Callback):
     such as ``train/loss`` is the epoch's last).
 
     The layout of Lightning's ``CSVLogger`` (``epoch``, ``step``, one column per metric, empty where a metric was
-    not logged), but one small file per run that ``summarize`` reads in a millisecond where TensorBoard's event
-    files took ~45 ms, and no second logger (which would change ``trainer.logger``, ``log_dir`` and where every
+    not logged), but one small file per run that ``summarize`` reads far faster than TensorBoard's event files
+    (docs/decisions.md), and no second logger (which would change ``trainer.logger``, ``log_dir`` and where every
     logging call goes). The row of an epoch is written when the next epoch starts or training ends (the module
     logs its epoch-level training values after the callbacks' ``on_train_epoch_end``), through a temporary file
     and a rename, so a killed run leaves every finished epoch but the one it was killed in. A resumed run keeps

@@ -47,7 +47,7 @@ EVENTS_BYTES = 256 * MiB  # one TensorBoard event file, checked by size only (Te
 MAX_DEPTH = 64  # arrays/objects (JSON) or sequences/mappings (YAML) inside one another; a run's config nests ~8
 YAML_NODES = 1_000_000  # nodes of a YAML document as a tree, aliases expanded: a run's config has about 300
 
-# yaml's safe loader, in C where libyaml is there (the pure-Python one took ~10 ms of summarize's 45 per run)
+# yaml's safe loader, in C where libyaml is there (the pure-Python one is slower: docs/decisions.md)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _KINDS = {

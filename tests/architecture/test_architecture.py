@@ -125,3 +125,36 @@ def test_a_run_written_with_the_old_class_paths_still_runs(tiny_mnist, tmp_path,
     assert run_main(["--config", str(old), *tiny_args(tiny_mnist, tmp_path / "again")]) == 0
     (again,) = run_dirs(tmp_path / "again")
     assert "project.callbacks.StructuredPruning" in (again / "config.yaml").read_text()
+
+
+# What a measurement or a history note looks like in prose: those belong in docs/ (docs/decisions.md), where they
+# are dated by their machine and re-measured, not in the code, where they rot.
+MEASUREMENT_OR_HISTORY = (
+    r"\btook\s+(about\s+|~)?[0-9]",
+    r"\b[0-9]+(\.[0-9]+)?\s*(ms|s|min)\s+instead of\b",
+    r"\bused to\b",
+    r"\b[0-9]+ of [0-9]+ (tests )?fail",
+    r"\bon a [0-9]+-core\b",
+    r"\bformerly\b|\bpreviously\b",
+)
+
+
+def test_docstrings_and_comments_carry_no_measurements_or_history():
+    import io
+    import re
+    import tokenize
+
+    pattern = re.compile("|".join(MEASUREMENT_OR_HISTORY), re.IGNORECASE)
+    found = []
+    for path in sorted((REPO / "project").rglob("*.py")):
+        source = path.read_text()
+        prose = [
+            (tok.start[0], tok.string)
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type in (tokenize.COMMENT, tokenize.STRING)
+        ]
+        for line, text in prose:
+            # a string spanning lines: join its lines so a phrase split by a line break is still seen
+            for match in pattern.finditer(" ".join(text.split())):
+                found.append(f"{path.relative_to(REPO)}:{line}: {match.group(0)!r}")
+    assert found == [], "move these to docs/decisions.md:\n" + "\n".join(found)
