@@ -303,3 +303,40 @@ def free_port_for_slurm() -> tuple[str, int]:
                 continue
         return f"9{port - 15000:04d}", port
     raise RuntimeError("no free port in 15000-24999")
+
+
+LAUNCH_VARIABLES = ("SLURM_", "TORCHELASTIC_", "MASTER_", "PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any launcher's variables (SLURM, torchrun), the tests and the checkout on
+    ``PYTHONPATH``, one OpenMP thread, and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARIABLES)}
+    env.update(PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def slurm_task(job: str, node: int, nodes: int, **extra: str) -> dict[str, str]:
+    """The environment ``srun`` gives task ``node`` of a job of ``nodes`` single-task nodes, all on 127.0.0.1."""
+    return clean_env(
+        SLURM_JOB_ID=job,
+        SLURM_JOB_NAME="cnn-recipes",
+        SLURM_NTASKS=str(nodes),
+        SLURM_NTASKS_PER_NODE="1",
+        SLURM_NNODES=str(nodes),
+        SLURM_JOB_NUM_NODES=str(nodes),
+        SLURM_NODELIST="127.0.0.1",
+        SLURM_JOB_NODELIST="127.0.0.1",
+        SLURM_NODEID=str(node),
+        SLURM_PROCID=str(node),
+        SLURM_LOCALID="0",
+        SLURM_RESTART_COUNT="0",
+        **extra,
+    )
+
+
+def kubernetes_expand(arg: str, values: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of a container argument."""
+    import re
+
+    return re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg)

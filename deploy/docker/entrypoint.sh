@@ -2,7 +2,9 @@
 # The image's entry point. Checks the volumes, then runs the command:
 #   IMAGE --config configs/cifar10.yaml ...        python -m project.fit --config configs/cifar10.yaml ...
 #   IMAGE evaluate|predict|export|summarize|sweep|fit ARGS...     python -m project.<command> ARGS...
-#   IMAGE anything else (python, torchrun, bash)   run as given
+#   IMAGE torchrun ARGS...                         python -m project.cli.torchrun ARGS... (torchrun, with a
+#                                                  failed meeting of the nodes as one error line)
+#   IMAGE anything else (python, bash)             run as given
 # Volumes: every folder in PROJECT_VOLUMES (default: /app/data /app/logs) must be writable by the user the
 # container runs as (uid 1000 unless --user or the pod's runAsUser says otherwise); a missing one is created. A
 # folder that belongs to another user (Docker creates a missing host folder owned by root; NFS-like volumes keep
@@ -44,6 +46,10 @@ case "${1:-}" in
     command=$1
     shift
     exec python -m "project.$command" "$@"
+    ;;
+  torchrun)  # torchrun itself, with a failed meeting of the nodes as one error line (project/cli/torchrun.py)
+    shift
+    exec python -m project.cli.torchrun "$@"
     ;;
   "") exec python -m project.fit ;;
   *) exec "$@" ;;

@@ -138,10 +138,11 @@ class StepLearningRateMonitor(LearningRateMonitor):
     ``log_momentum`` and ``log_weight_decay``; ``logging_interval`` is always ``"step"``.
 
     Differences from Lightning's LearningRateMonitor, as Lightning's own tests show them
-    (``scripts/upstream_tests.sh``; results in docs/reliability.md): no ``logging_interval`` argument (4 tests); an epoch-wise scheduler's rate is
-    logged at every step, not once per epoch (``test_lr_monitor_update_callback_metrics``); names of param
-    groups added at an epoch start (``BackboneFinetuning``) appear at that epoch's first step, not at its
-    start (``test_multiple_optimizers_basefinetuning``).
+    (``scripts/upstream_tests.sh``; results in docs/reliability.md): no ``logging_interval`` argument (4 tests);
+    an epoch-wise scheduler's rate is logged at every step, not once per epoch
+    (``test_lr_monitor_update_callback_metrics``); names of param groups added at an epoch start
+    (``BackboneFinetuning``) appear at that epoch's first step, not at its start
+    (``test_multiple_optimizers_basefinetuning``).
     """
 
     def __init__(self, log_momentum: bool = False, log_weight_decay: bool = False) -> None:

@@ -1,11 +1,11 @@
 """Warm trial processes for ``python -m project.sweep``: a fork server forked from the sweep worker.
 
 A trial run as a fresh ``python -m project.fit`` subprocess would pay the start-up again: importing torch,
-torchvision and Lightning before its fit begins. The worker has imported all of it already (it resolves the base experiment with the same CLI), so right after that, and before
-it opens the study's storage or starts a thread, it forks a *trial server*: a copy of itself that only waits for
-trial requests. For each trial the server forks a child that runs ``project.fit`` exactly as ``python -m
-project.fit`` runs it (``runpy``, ``sys.argv``, the trial's environment, output into the trial's log), so the
-child goes straight to its config (measured in docs/decisions.md).
+torchvision and Lightning before its fit begins. The worker has imported all of it already (it resolves the base
+experiment with the same CLI), so right after that, and before it opens the study's storage or starts a thread, it
+forks a *trial server*: a copy of itself that only waits for trial requests. For each trial the server forks a child
+that runs ``project.fit`` exactly as ``python -m project.fit`` runs it (``runpy``, ``sys.argv``, the trial's
+environment, output into the trial's log), so the child goes straight to its config (measured in docs/decisions.md).
 
 What a subprocess per trial gives is kept: each trial is its own process (a crash, a hang or a leak ends with
 it; the worker's heartbeats and retries are unchanged); the trial's results are those of the same fit run

@@ -1,9 +1,9 @@
-"""project.cluster.ddp: the DDP overlays take the README's rendezvous switches, and a node left alone at the
-rendezvous ends in bounded time with one error line (launched as SLURM's ``srun`` starts a task)."""
+"""project.cluster.ddp and project.cli.torchrun: the DDP overlays take the README's rendezvous switches, and a node
+left alone at the rendezvous ends in bounded time with one error line, launched as SLURM's ``srun`` starts a task and
+as the Kubernetes Job's pods start torchrun."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +11,7 @@ import time
 
 import pytest
 import yaml
-from helpers import REPO, free_port_for_slurm
+from helpers import REPO, clean_env, free_port_for_slurm, kubernetes_expand, slurm_task
 
 DDP_OVERLAYS = sorted(
     p
@@ -44,29 +44,6 @@ def test_readme_listen_address_switch_parses_with_every_ddp_overlay():
         assert strategy["class_path"] == "project.cluster.BoundDDPStrategy", strategy
         assert strategy["init_args"]["listen_address"] == "10.1.2.3"
         assert strategy["init_args"]["rendezvous_timeout"] == 30.0
-
-
-def slurm_task(job: str, node: int, nodes: int) -> dict[str, str]:
-    """The environment ``srun`` gives task ``node`` of a job of ``nodes`` single-task nodes, all on 127.0.0.1."""
-    launch = ("SLURM_", "TORCHELASTIC_", "MASTER_", "PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(launch)}
-    env.update(
-        PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}",
-        OMP_NUM_THREADS="1",
-        SLURM_JOB_ID=job,
-        SLURM_JOB_NAME="cnn-recipes",
-        SLURM_NTASKS=str(nodes),
-        SLURM_NTASKS_PER_NODE="1",
-        SLURM_NNODES=str(nodes),
-        SLURM_JOB_NUM_NODES=str(nodes),
-        SLURM_NODELIST="127.0.0.1",
-        SLURM_JOB_NODELIST="127.0.0.1",
-        SLURM_NODEID=str(node),
-        SLURM_PROCID=str(node),
-        SLURM_LOCALID="0",
-        SLURM_RESTART_COUNT="0",
-    )
-    return env
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -102,3 +79,69 @@ def test_a_lone_node_ends_after_the_rendezvous_timeout_with_one_error_line(fashi
     assert "--trainer.strategy.rendezvous_timeout" in errors[0] and "--trainer.num_nodes" in errors[0]
     assert took < 120, took  # the timeout, plus starting Python and building the Trainer
     assert not list((tmp_path / "logs").rglob("config.yaml"))
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_lone_torchrun_node_ends_after_the_rendezvous_timeout_with_one_error_line(fashion_data, tmp_path, rank):
+    """Pod ``rank`` of deploy/kubernetes/train's Job started alone (the other pod pending): its torchrun arguments as
+    Kubernetes expands them, run as the image's entry point runs ``torchrun``, with a 5 s rendezvous timeout. It
+    ends with one ``error:`` line naming the meeting point and the fix, exit status 1, no traceback or C++ log lines,
+    and no run folder."""
+    _, port = free_port_for_slurm()
+    (job,) = [
+        d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/train/train.yaml").read_text()) if d["kind"] == "Job"
+    ]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "torchrun"
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    values = {**env, "NODE_RANK": str(rank), "RENDEZVOUS_TIMEOUT_S": "5"}
+    here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
+    launch = container["args"][1 : container["args"].index("project.fit") + 1]
+    torchrun = [kubernetes_expand(a, values) for a in launch]
+    torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
+    assert "--rdzv_conf=timeout=5" in torchrun and "--nnodes=2" in torchrun
+    args = [
+        *("--config", str(REPO / "configs/fashion_mnist.yaml"), "--config", str(REPO / "configs/trainer/ddp_cpu.yaml")),
+        *("--data.data_dir", str(fashion_data), "--trainer.devices", "1", "--trainer.num_nodes", "2"),
+        *("--trainer.logger.init_args.save_dir", str(tmp_path / "logs")),
+    ]
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "project.cli.torchrun", *torchrun, *args],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    took = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.count("error:") == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    noise = ("[E", "[W", "frame #", "Exception raised")
+    assert not [line for line in proc.stderr.splitlines() if line.startswith(noise)], proc.stderr[-3000:]
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert error.startswith(f"error: torchrun, node rank {rank} of --nnodes=2: the nodes did not all meet at "
+                            f"127.0.0.1:{port} (or lost each other) within 5 s"), error  # fmt: skip
+    assert "--rdzv_conf=timeout=<seconds>" in error and "kubectl get pods" in error
+    assert took < 120, took
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("given", [None, "INFO"])
+def test_torchrun_through_the_project_gives_its_workers_the_environment_as_given(tmp_path, given):
+    """project.cli.torchrun quiets torch's C++ log only in torchrun's own agent: a worker sees
+    ``TORCH_CPP_LOG_LEVEL`` as the user gave it (unset, or set), and the run's exit status is the worker's."""
+    script = tmp_path / "worker.py"
+    script.write_text("import os, sys\nprint('level', os.environ.get('TORCH_CPP_LOG_LEVEL'))\nsys.exit(3)\n")
+    env = clean_env(**({"TORCH_CPP_LOG_LEVEL": given} if given else {}))
+    env.pop("TORCH_CPP_LOG_LEVEL", None) if given is None else None
+    proc = subprocess.run(
+        [sys.executable, "-m", "project.cli.torchrun", "--standalone", "--nproc_per_node=1", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"level {given}" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert proc.returncode == 1 and "ChildFailedError" in proc.stderr  # torchrun's own report of a failed worker

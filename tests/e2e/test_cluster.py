@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import time
 import pytest
 import torch
 import yaml
-from helpers import REPO, free_port_for_slurm, results, run_dirs
+from helpers import REPO, clean_env, free_port_for_slurm, kubernetes_expand, results, run_dirs, slurm_task
 
 
 def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
@@ -289,18 +288,6 @@ def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> lis
     ]
 
 
-def expand(arg: str, values: dict[str, str]) -> str:
-    """Kubernetes' ``$(VAR)`` expansion of a container argument."""
-    return re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg)
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    launch = ("SLURM_", "TORCHELASTIC_", "MASTER_", "PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(launch)}
-    env.update(PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}", OMP_NUM_THREADS="1", **extra)
-    return env
-
-
 def wait_all(procs) -> list[tuple[int, str]]:
     outs = []
     for p in procs:
@@ -355,20 +342,7 @@ def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
     args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
     procs = []
     for node in (0, 1):
-        env = clean_env(
-            SLURM_JOB_ID=job,
-            SLURM_JOB_NAME="cnn-recipes",
-            SLURM_NTASKS="2",
-            SLURM_NTASKS_PER_NODE="1",
-            SLURM_NNODES="2",
-            SLURM_JOB_NUM_NODES="2",
-            SLURM_NODELIST="127.0.0.1",
-            SLURM_JOB_NODELIST="127.0.0.1",
-            SLURM_NODEID=str(node),
-            SLURM_PROCID=str(node),
-            SLURM_LOCALID="0",
-            SLURM_RESTART_COUNT="0",
-        )
+        env = slurm_task(job, node, 2)
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "project.fit", *args],
@@ -404,11 +378,11 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     procs = []
     for node in (0, 1):
         values = {**env, "NODE_RANK": str(node)}
-        torchrun = [expand(a, values) for a in launch[1:]]  # as Kubernetes expands them
+        torchrun = [kubernetes_expand(a, values) for a in launch[1:]]  # as Kubernetes expands them
         torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", *torchrun, *args],
+                [sys.executable, "-m", "project.cli.torchrun", *torchrun, *args],  # as the image runs torchrun
                 cwd=tmp_path,
                 env=clean_env(),
                 stdout=subprocess.PIPE,

@@ -51,7 +51,7 @@ def test_entrypoint_runs_fit_by_default_a_named_command_or_anything_else(tmp_pat
         ("--config", "configs/cifar10.yaml"): "python -m project.fit --config configs/cifar10.yaml",
         ("evaluate", "logs/x/version_0"): "python -m project.evaluate logs/x/version_0",
         ("predict", "run", "img.png"): "python -m project.predict run img.png",
-        ("torchrun", "--nnodes=2", "-m", "project.fit"): "torchrun --nnodes=2 -m project.fit",
+        ("torchrun", "--nnodes=2", "-m", "project.fit"): "python -m project.cli.torchrun --nnodes=2 -m project.fit",
         (): "python -m project.fit",
     }
     for args, want in cases.items():
