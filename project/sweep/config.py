@@ -28,7 +28,7 @@ def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
     from jsonargparse import ArgumentError
 
     from project.cli.parse_errors import explain_parse_error
-    from project.cli.parser import ProjectCLI
+    from project.cli.parser import DEFAULT_LOGGER, ProjectCLI
 
     args = [a for c in sweep.configs for a in ("--config", c)] + sweep.args + extra
     out = io.StringIO()
@@ -43,8 +43,11 @@ def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
     config = yaml.safe_load(out.getvalue())
     if not isinstance(config, dict):
         raise ConfigError(f"base: the fit arguments do not resolve to a config ({' '.join(args)})")
-    logger = (config.get("trainer") or {}).get("logger") or {}
-    if "TensorBoardLogger" not in str(logger.get("class_path")):
+    trainer = config.setdefault("trainer", {})
+    if trainer.get("logger") is None or trainer.get("logger") is True:  # the default logger, as fit reads them
+        trainer["logger"] = copy.deepcopy(DEFAULT_LOGGER)
+    logger = trainer["logger"] or {}
+    if not isinstance(logger, dict) or "TensorBoardLogger" not in str(logger.get("class_path")):
         raise ConfigError("base: trials need the TensorBoard logger (trainer.logger); do not switch it off")
     for key in ("ckpt_path", "print_config"):
         config.pop(key, None)

@@ -99,6 +99,27 @@ def test_sweep_file_errors_name_the_file_the_key_and_what_it_takes(change, key, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.yaml"]
 
 
+@pytest.mark.parametrize("logger", ["null", "true", "false"])
+def test_a_base_with_logger_null_or_true_gives_trials_the_default_logger(logger, tmp_path):
+    """``trainer.logger: null`` or ``true`` in a sweep's base means what it means to ``fit`` (the default logger, the
+    run's own, in its run folder); ``false`` (no logger: no run folder, no results) is one line."""
+    sweep = sweep_file.load_sweep(write_sweep(tmp_path))
+    if logger == "false":
+        with pytest.raises(ConfigError, match=r"trials need the TensorBoard logger"):
+            sweep_config.resolve_base(sweep, ["--trainer.logger", logger])
+        return
+    base = sweep_config.resolve_base(sweep, ["--trainer.logger", logger])
+    assert base["trainer"]["logger"]["class_path"] == "project.report.RunTensorBoardLogger"
+    trial = sweep_config.trial_config(base, {}, 42, str(tmp_path / "logs"), "smoke", 3)
+    assert trial["trainer"]["logger"]["init_args"] | {"log_graph": True} == {
+        "save_dir": str(tmp_path / "logs"),
+        "name": "smoke",
+        "version": 3,
+        "default_hp_metric": False,
+        "log_graph": True,
+    }
+
+
 def test_report_of_a_sweep_not_run_yet_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert sweep_study.main(["--config", str(SMOKE), "--report"]) == 2
