@@ -130,6 +130,50 @@ def test_predict_asked_for_more_than_one_process_is_one_line(trained_run, tmp_pa
 
 
 @pytest.mark.slow
+def test_evaluate_asked_for_two_processes_gives_the_single_process_answer(fashion_data, tmp_path):
+    """``evaluate --trainer.strategy ddp --trainer.devices 2`` (allowed: each process tests its share and the metrics
+    are reduced over both) writes the same accuracy, sample count and confusion matrix as one process, once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARIABLES)}
+
+    def python_m(*args: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    python_m(
+        "project.fit",
+        *("--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data)),
+        *("--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.max_epochs", "1"),
+        *(
+            "--trainer.limit_train_batches",
+            "4",
+            "--trainer.limit_val_batches",
+            "2",
+            "--trainer.limit_test_batches",
+            "2",
+        ),
+        *("--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")),
+    )
+    (run,) = run_dirs(tmp_path / "logs")
+    own = ["--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--data.persistent_workers", "false"]
+    own += ["--trainer.limit_test_batches", "1.0"]  # the whole test set (a batch limit is per process)
+    python_m("project.evaluate", str(run), *own)
+    single = json.loads((run / "eval-best-test.json").read_text())
+    (run / "eval-best-test.json").unlink()
+    python_m(
+        "project.evaluate", str(run), *own, "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp",
+        "--trainer.devices", "2",
+    )  # fmt: skip
+    two = json.loads((run / "eval-best-test.json").read_text())
+    assert single["samples"] == 10000
+    assert {k: two[k] for k in ("acc", "samples", "confusion_matrix")} == {
+        k: single[k] for k in ("acc", "samples", "confusion_matrix")
+    }
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith("eval-")) == ["eval-best-test.json"]
+
+
+@pytest.mark.slow
 def test_predict_on_a_run_trained_by_two_ddp_processes_classifies_every_image(fashion_data, tmp_path):
     """The issue's case end to end: ``fit`` with ``configs/trainer/ddp_cpu.yaml`` (2 processes), then ``predict`` on
     eight images: all eight rows, the same as the single-process answer (the run's config set to one device)."""
