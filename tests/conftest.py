@@ -22,6 +22,17 @@ FASHION_SOURCE = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/f
 IDX_NAMES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 
 
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under ``tests/e2e/`` (real data, whole processes, DDP, kill tests, the image) is ``slow``: the
+    inner loop ``pytest -m "not slow"`` leaves them to the full suite, which CI runs."""
+    for item in items:
+        if E2E in Path(item.path).parents:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def restore_torch_globals():
     """Put back the process-wide torch switches a Trainer sets (``benchmark``, ``deterministic``, cudnn

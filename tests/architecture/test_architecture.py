@@ -97,6 +97,7 @@ def test_every_face_name_and_every_shipped_config_class_path_imports():
         assert isinstance(getattr(importlib.import_module(module), name), type), path
 
 
+@pytest.mark.slow
 def test_a_run_written_with_the_old_class_paths_still_runs(tiny_mnist, tmp_path, monkeypatch, capsys):
     """A run folder from before the subpackages names project.slim.StructuredPruning, project.epoch_metrics...:
     ``fit --config`` of its config.yaml trains again, and evaluate rebuilds the run from it."""

@@ -34,6 +34,7 @@ def watch(cli: ProjectCLI) -> dict:
     return seen
 
 
+@pytest.mark.slow
 def test_16_mixed_on_cpu_runs_as_bf16_and_says_so(tiny_mnist, tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)
     cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.precision", "16-mixed"))
@@ -47,6 +48,7 @@ def test_16_mixed_on_cpu_runs_as_bf16_and_says_so(tiny_mnist, tmp_path, monkeypa
     assert tensorboard_hparams(run)["precision"] == "bf16-mixed"
 
 
+@pytest.mark.slow
 def test_channels_last_reaches_the_batches(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = ProjectCLI(tiny_args(tiny_mnist, tmp_path / "logs", "--model.channels_last", "true"))
@@ -56,6 +58,7 @@ def test_channels_last_reaches_the_batches(tiny_mnist, tmp_path, monkeypatch):
     assert cli.model.net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("flag", "expected"), [([], True), (["--trainer.benchmark", "false"], False)])
 def test_cudnn_benchmark_is_left_alone_unless_set(flag, expected, tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -66,6 +69,7 @@ def test_cudnn_benchmark_is_left_alone_unless_set(flag, expected, tiny_mnist, tm
     assert seen["benchmark"] == {expected} and r["cudnn_benchmark"] is expected
 
 
+@pytest.mark.slow
 def test_cudnn_enabled_switch(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = torch.backends.cudnn.enabled
@@ -94,6 +98,7 @@ def pruning_args(paths, logs, epochs, *extra):
     )
 
 
+@pytest.mark.slow
 def test_pruning_reaches_amount_and_reloads_into_a_plain_net(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert run_main(pruning_args(tiny_mnist, tmp_path / "logs", 4)) == 0
@@ -112,6 +117,7 @@ def test_pruning_reaches_amount_and_reloads_into_a_plain_net(tiny_mnist, tmp_pat
         ImageClassifier.load_from_checkpoint(path, map_location="cpu")
 
 
+@pytest.mark.slow
 def test_pruning_resume_keeps_masks_and_schedule(tiny_mnist, tmp_path, monkeypatch):
     """Stop after epoch 2 (mid-schedule), resume from last.ckpt: same masks and weights as one run."""
     monkeypatch.chdir(tmp_path)
@@ -192,6 +198,7 @@ def test_schedule_reaches_target_linearly():
     assert kept == pytest.approx(0.4)
 
 
+@pytest.mark.slow
 def test_schedule_longer_than_the_run_is_announced(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.warns(UserWarning, match=r"max_epochs is 1: sparsity will reach 0.00, not 0.60"):

@@ -118,6 +118,7 @@ def test_global_ranking_keeps_the_total_and_simple_cnn_follows_the_flatten():
     assert net.fc.out_features == 10 and net(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
+@pytest.mark.slow
 def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypatch, capsys):
     """configs/slim.yaml on the tiny MNIST run: shapes, counts, TensorBoard, and every way back in."""
     monkeypatch.chdir(tmp_path)
@@ -193,6 +194,7 @@ class Snapshot(L.Callback):
         self.optimized_ok.append([id(p) for p in params] == [id(p) for p in pl_module.parameters()])
 
 
+@pytest.mark.slow
 def test_training_continues_after_slimming_with_the_schedule_in_place(tiny_mnist, tmp_path, monkeypatch):
     from project.cli.parser import ProjectCLI
     from project.fit import fit
@@ -230,6 +232,7 @@ def slim_args(paths, logs, epochs, *extra):
     )
 
 
+@pytest.mark.slow
 def test_resume_mid_schedule_ends_with_the_same_net_bit_for_bit(tiny_mnist, tmp_path, monkeypatch, capsys):
     """Stop after epoch 1 (one of two slimming steps done), resume to 3 epochs: same widths and weights."""
     monkeypatch.chdir(tmp_path)
@@ -263,6 +266,7 @@ def test_resume_mid_schedule_ends_with_the_same_net_bit_for_bit(tiny_mnist, tmp_
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_simple_cnn_on_cifar_format_data(tiny_cifar, tmp_path, monkeypatch):
     """configs/cifar10.yaml + configs/slim.yaml on synthetic CIFAR-10 archives: SimpleCNN 16/32 -> 10/21."""
     monkeypatch.chdir(tmp_path)
@@ -428,6 +432,7 @@ def schedule_warnings(caught) -> list[str]:
     return [str(w.message) for w in caught if "max_epochs is" in str(w.message)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("base", "overlay", "extra"), SHIPPED, ids=lambda x: x if isinstance(x, str) else "")
 def test_shipped_overlays_run_their_schedule_without_a_warning(base, overlay, extra, request, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -445,6 +450,7 @@ def test_shipped_overlays_run_their_schedule_without_a_warning(base, overlay, ex
     assert README_SAYS[overlay] in readme
 
 
+@pytest.mark.slow
 def test_a_run_too_short_for_the_slim_schedule_warns_what_it_reaches(tiny_mnist, tmp_path, monkeypatch):
     """configs/slim.yaml slims at the start of epoch 1: with max_epochs 1 nothing is removed, and the warning says so
     (it said "0 epochs fine-tune the slimmed net" for the shipped max_epochs 2, which fine-tunes one)."""

@@ -132,6 +132,7 @@ def test_two_identical_pruning_callbacks_in_a_plain_trainer(tmp_path, monkeypatc
     assert sorted(loaded) == [(0, keys[0]), (1, keys[1])]
 
 
+@pytest.mark.slow
 def test_two_identical_pruning_callbacks_resume_from_the_cli(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     pruning = ["--trainer.callbacks+=project.callbacks.Pruning", "--trainer.callbacks.amount", "0.3"] * 2

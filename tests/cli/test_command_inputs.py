@@ -31,6 +31,7 @@ def one_error(capsys) -> str:
     return err[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "planted, main, argv",
     [
@@ -117,6 +118,7 @@ def test_a_csv_logger_beside_metrics_csv_is_refused_and_runs_without_it(tiny_mni
     assert (run / "metrics.csv").is_file() and (run / "results.json").is_file()
 
 
+@pytest.mark.slow
 def test_trust_checkpoint_is_not_passed_on_through_the_saved_config(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trust_checkpoint", "true")) == 0
@@ -124,6 +126,7 @@ def test_trust_checkpoint_is_not_passed_on_through_the_saved_config(tiny_mnist, 
     assert yaml.safe_load((run / "config.yaml").read_text())["trust_checkpoint"] is False
 
 
+@pytest.mark.slow
 def test_a_config_error_is_the_only_line_of_a_process(tmp_path):
     """Checks run before LightningCLI seeds: no ``Seed set to 42`` line before the error."""
     for argv in (["--trainer.plugins", "null"], ["--throughput", "null"]):

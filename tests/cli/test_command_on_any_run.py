@@ -110,6 +110,7 @@ def test_a_command_runs_any_run_as_one_process_with_the_single_process_answer(
         assert (run / "model-best.pt2").is_file()
 
 
+@pytest.mark.slow
 def test_predict_asked_for_more_than_one_process_is_one_line(trained_run, tmp_path):
     """Several processes would each write their share of the inputs into the same CSV: refused, nothing written.
     (A process of its own: the old code started a second one, which must not be pytest.)"""

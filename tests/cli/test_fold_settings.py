@@ -86,6 +86,7 @@ def test_a_plain_run_records_no_fold(trained_run):
     assert hp["fold"] == -1 and not hp["folds"]
 
 
+@pytest.mark.slow
 def test_the_recipes_retrain_uses_every_training_image_and_tests_once(tiny_mnist, tmp_path, monkeypatch):
     """docs/kfold.md's last step: no validation split (``data.val_size 0``, ``trainer.limit_val_batches 0``), so
     all 600 training images train, and the final weights are tested."""

@@ -18,6 +18,7 @@ def cfg(accelerator):
     return SimpleNamespace(trainer=SimpleNamespace(accelerator=accelerator))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch finds no GPU")
 def test_gpu_overlay_without_a_gpu_is_one_line_with_the_fix(tmp_path):
     """configs/trainer/gpu.yaml on a machine without a GPU (Lightning's own words: ``No supported gpu backend

@@ -45,6 +45,7 @@ def printed(capsys, *args: str) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("combo", list(COMBOS))
 def test_every_printed_config_is_accepted_back(combo, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -66,6 +66,7 @@ def command(fitted: dict, *args: str) -> tuple[int, list[str]]:
     return proc.returncode, (proc.stdout + proc.stderr).splitlines()
 
 
+@pytest.mark.slow
 def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted):
     run, root = fitted["run"], fitted["root"]
     good, bad = root / "good.png", root / "bad.png"

@@ -62,6 +62,7 @@ def test_print_config_lists_every_callback_and_plugin_the_run_uses(overlays, cap
     assert printed["trainer"]["plugins"] == [{"class_path": "project.callbacks.LocalAtomicCheckpointIO"}]
 
 
+@pytest.mark.slow
 def test_run_callbacks_can_be_changed_and_removed(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
@@ -164,6 +165,7 @@ def test_a_run_callback_twice_is_refused(twin, key, tiny_mnist, tmp_path, monkey
     assert run_dirs(tmp_path / "logs") == []
 
 
+@pytest.mark.slow
 def test_summarize_groups_runs_that_differ_only_in_how_they_are_watched(tiny_mnist, tmp_path, monkeypatch):
     from project import summarize
 

@@ -48,6 +48,7 @@ def test_a_bad_option_value_is_one_line_naming_its_key(name, argv, key, trained_
     assert sorted(p.name for p in trained_run.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_evaluate_val_reproduces_the_best_checkpoints_validation_accuracy(tiny_mnist, tmp_path, monkeypatch):
     """``--split val`` runs Lightning's ``Trainer.validate`` on the split fit held out: the best checkpoint scores
     exactly the ``val/acc`` it was chosen by."""
@@ -66,6 +67,7 @@ def run_python(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_python_m_project_runs_each_command_as_its_own_module(trained_run, tmp_path):
     listing = run_python("-m", "project", "--help", cwd=tmp_path)
     assert listing.returncode == 0

@@ -35,6 +35,7 @@ def test_true_draws_one_seed_for_lightning_and_the_split(tiny_mnist, tmp_path, m
     assert seeds[0] != seeds[1]  # drawn, not a constant (equal with probability 2**-32)
 
 
+@pytest.mark.slow
 def test_true_is_recorded_and_the_run_repeats_from_its_config(tiny_mnist, tmp_path, monkeypatch):
     """A run with ``--seed_everything true`` (1 epoch), resumed with the same command line for a second epoch,
     keeps its seed; a new run from its ``config.yaml`` (2 epochs) ends with the same weights and results."""

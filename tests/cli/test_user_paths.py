@@ -74,6 +74,7 @@ def test_fit_and_resume_read_every_path_option_from_the_home_folder(run_in_home,
     no_tilde_folder(tmp_path / "work")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command, argv, made",
     [

@@ -46,6 +46,7 @@ def container_runs() -> list[tuple[str, list[str], list[str]]]:
     return runs
 
 
+@pytest.mark.slow
 def test_docker_and_podman_commands_use_each_engines_flags_and_parse():
     """Both engines' commands are given; GPUs are ``--gpus all`` under Docker and the CDI device under podman
     (which ignores ``--gpus``); podman keeps the user's uid (``--userns keep-id``); every mounted host folder is made
@@ -82,6 +83,7 @@ def test_supported_gpus_are_the_locked_builds():
     assert f"torch {torch.__version__}" in DOC.read_text() and torch.version.cuda.startswith("13.")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch finds no GPU")
 def test_the_gpu_error_quoted_is_the_products(tmp_path):
     quoted = next(line for block in blocks(DOC.read_text()) for line in block if line.startswith("error:"))

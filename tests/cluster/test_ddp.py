@@ -20,6 +20,7 @@ DDP_OVERLAYS = sorted(
 )
 
 
+@pytest.mark.slow
 def test_readme_listen_address_switch_parses_with_every_ddp_overlay():
     """README's ``--trainer.strategy.listen_address`` (with ``rendezvous_timeout``, same place) on every shipped
     overlay that sets a strategy: parsed into ``BoundDDPStrategy``'s options (it was a parse error while the
@@ -46,6 +47,7 @@ def test_readme_listen_address_switch_parses_with_every_ddp_overlay():
         assert strategy["init_args"]["rendezvous_timeout"] == 30.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_lone_node_ends_after_the_rendezvous_timeout_with_one_error_line(fashion_data, tmp_path, rank):
     """Node ``rank`` of a 2-node job started alone (its peer never comes): rank 0 waits for its peer at its store,
@@ -81,6 +83,7 @@ def test_a_lone_node_ends_after_the_rendezvous_timeout_with_one_error_line(fashi
     assert not list((tmp_path / "logs").rglob("config.yaml"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_lone_torchrun_node_ends_after_the_rendezvous_timeout_with_one_error_line(fashion_data, tmp_path, rank):
     """Pod ``rank`` of deploy/kubernetes/train's Job started alone (the other pod pending): its torchrun arguments as

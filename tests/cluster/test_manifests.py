@@ -199,6 +199,7 @@ def test_node_loss_restarts_the_job_instead_of_failing_it(rendered):
             assert first["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
 
 
+@pytest.mark.slow
 def test_node_and_gpu_counts_agree_and_the_training_arguments_parse(rendered):
     """Each training overlay's node count (completions, parallelism, NNODES) and GPUs per node (GPUS_PER_NODE,
     the GPU request) agree, and the container's arguments, expanded as Kubernetes does, parse: torchrun's and

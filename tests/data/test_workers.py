@@ -60,6 +60,7 @@ def wait_until(condition, seconds: float) -> bool:
     return condition()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
 def test_workers_orphaned_while_starting_end_too(tmp_path):
     """Training is killed while both workers are still unpickling their dataset: the fork server dies with training,

@@ -83,6 +83,7 @@ def logdir(tiny_mnist, tmp_path, monkeypatch) -> Path:
     return logs
 
 
+@pytest.mark.slow
 def test_every_logdir_order_shows_every_runs_columns(logdir):
     ctx, request = backend(logdir), tb_context.RequestContext()
     content = ctx.hparams_metadata(request, "")
@@ -108,6 +109,7 @@ def test_every_logdir_order_shows_every_runs_columns(logdir):
         assert {c for c, h in columns.items() if h.differs} == {"seed", "lr", "trial", SWEPT}, order
 
 
+@pytest.mark.slow
 def test_each_run_is_one_row_with_its_values(logdir):
     ctx, request = backend(logdir), tb_context.RequestContext()
     experiment = get_experiment.Handler(request, ctx, "", api_pb2.GetExperimentRequest()).run()

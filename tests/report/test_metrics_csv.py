@@ -31,6 +31,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_metrics_csv_has_a_row_per_epoch_written_as_the_run_goes_and_kept_on_resume(tiny_mnist, tmp_path):
     logs = tmp_path / "logs"
     assert (

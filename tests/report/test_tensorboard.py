@@ -71,6 +71,7 @@ def tensorboard(tiny_mnist, tmp_path, monkeypatch):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_dashboards_hold_what_the_readme_promises(tensorboard):
     base, run = tensorboard
     name = f"{run.parent.name}/{run.name}"

@@ -72,6 +72,7 @@ def assert_same_run(a: Path, b: Path) -> None:
         assert rb[key] == ra[key], key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", list(LOADERS))
 @pytest.mark.parametrize("step", [24, 20], ids=["mid_epoch", "epoch_end"])
 def test_resume_from_any_step_ends_with_the_uninterrupted_weights(loader, step, tiny_mnist, tmp_path, monkeypatch):
@@ -91,6 +92,7 @@ def test_resume_from_any_step_ends_with_the_uninterrupted_weights(loader, step, 
     assert_same_run(straight, run)
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_with_workers_and_a_plain_schedule(tiny_mnist, tmp_path, monkeypatch):
     """Without a length-sized scheduler the fit loop builds the training loader itself, after the checkpoint's loop
     state is restored (the one-cycle runs above build it earlier, in ``configure_optimizers``): exact too."""
@@ -148,6 +150,7 @@ def test_ddp_resume_mid_epoch_is_exact(loader, fashion_data, tmp_path, monkeypat
     assert_same_run(run_dirs(tmp_path / "a")[0], run)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("first", "final", "max_epochs"), [(3, 12, 3), (3, 25, -1), (20, 25, -1)])
 def test_max_steps_stop_then_resume_to_more_steps_is_exact(first, final, max_epochs, tiny_mnist, tmp_path, monkeypatch):
     """A run stopped by ``trainer.max_steps`` (in the middle of epoch 0, or at the end of epoch 1) and resumed with
@@ -165,6 +168,7 @@ def test_max_steps_stop_then_resume_to_more_steps_is_exact(first, final, max_epo
     assert_same_run(straight, run)
 
 
+@pytest.mark.slow
 def test_lightning_counts_the_resumed_epoch_twice_towards_max_epochs_with_max_steps(tiny_mnist, tmp_path, monkeypatch):
     """The limit the README states: with ``trainer.max_steps`` set, Lightning 2.6 counts the epoch a checkpoint was
     written in twice towards ``max_epochs``, so a resumed run that ``max_epochs`` (3 epochs, 30 steps) would stop

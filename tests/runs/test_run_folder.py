@@ -126,6 +126,7 @@ def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp
     assert seen == set(range(11, 19))
 
 
+@pytest.mark.slow
 def test_explicit_version_that_holds_a_run_is_refused(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
@@ -149,6 +150,7 @@ def plant(nested: Path, file: Path, link: Path) -> None:
     link.symlink_to(file)
 
 
+@pytest.mark.slow
 def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mnist, tmp_path, monkeypatch):
     """A checkpoint that loads with weights_only=True but whose RunCheckpoint state points at files and folders
     outside the run (``..`` paths, absolute paths, a link): resuming from it trains on and removes nothing
@@ -225,6 +227,7 @@ def test_a_write_killed_midway_leaves_the_old_file(tmp_path, monkeypatch):
     assert path.read_text() == "old: 1\n" and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
+@pytest.mark.slow
 def test_evaluate_never_writes_through_a_planted_link(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
@@ -240,6 +243,7 @@ def test_evaluate_never_writes_through_a_planted_link(tiny_mnist, tmp_path, monk
     assert '"acc"' in (run / "eval-best-test.json").read_text()
 
 
+@pytest.mark.slow
 def test_resume_into_a_run_folder_holding_a_link_is_refused(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
@@ -338,6 +342,7 @@ def test_readme_security_section_names_the_guarantees():
         assert claim in security, claim
 
 
+@pytest.mark.slow
 def test_last_means_the_newest_run_of_the_commands_own_kind(tiny_mnist, tmp_path, monkeypatch, capsys):
     """A pruning overlay's run beside plain runs of one experiment: ``--ckpt_path last`` without the overlay
     resumes the newest plain run; with it, the pruning run; a kind with no run is one error line."""

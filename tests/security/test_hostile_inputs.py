@@ -133,6 +133,7 @@ print("grew_kib", rss_kib() - before)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_checkpoint_with_deflated_records_is_refused_before_it_is_inflated(trained_run, tmp_path):
     """``torch.save`` stores records uncompressed, but ``torch.load`` also inflates deflated ones: a 128 MiB tensor
@@ -275,6 +276,7 @@ def test_cifar_member_larger_than_any_published_file_is_refused_from_its_header(
 # -- any number of image files -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_predict_classifies_any_number_of_files_with_workers(trained_run, tmp_path, capsys):
     """Issue 23 row 6: 300 PNGs with data.num_workers 2 crashed ("too many open files": the decoded tensors were
     sent to each worker with one file descriptor apiece, and Linux passes at most 253 per message); no CSV.

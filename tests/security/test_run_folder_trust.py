@@ -36,6 +36,7 @@ def planted_run(trained_run, root):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["evaluate", "predict", "export"])
 def test_a_class_path_into_the_run_folder_is_refused_before_it_is_imported(command, trained_run, tmp_path):
     """Under ``python -m`` the working directory is an import root and ``logs/`` a namespace package: the class path
