@@ -3,8 +3,6 @@ Fashion-MNIST archives when installed, and small Trainer settings for CPU runs."
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import os
 import pickle
 import tarfile
@@ -14,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from tiny_data import learnable_images, make_tiny_mnist, md5, train_tiny_run
 
 from project import data as data_mod
-from project.data import archives
 
 FASHION_SOURCE = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 IDX_NAMES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
@@ -55,55 +53,6 @@ def restore_torch_globals():
     torch.set_float32_matmul_precision(saved[6])
 
 
-def md5(b: bytes) -> str:
-    return hashlib.md5(b).hexdigest()
-
-
-def idx_bytes(array: np.ndarray) -> bytes:
-    """LeCun's IDX format: magic (0, 0, 0x08 = uint8, ndim), big-endian int32 dims, raw bytes."""
-    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
-def learnable_images(labels: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Noise plus a bright class-specific stripe, so a CNN can beat chance within a few steps."""
-    images = rng.integers(0, 60, size=(len(labels), *shape), dtype=np.uint8)
-    rows = shape[-2] if len(shape) == 2 else shape[0]
-    band = max(rows // 10, 1)
-    for i, label in enumerate(labels):
-        if len(shape) == 2:
-            images[i, label * band : (label + 1) * band, :] = 250
-        else:
-            images[i, label * band : (label + 1) * band, :, :] = 250
-    return images
-
-
-def make_tiny_mnist(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """Write MNIST-format archives (600 train / 100 test images) into ``root/source``; patch the md5 and size
-    tables through ``monkeypatch``. Returns ``{"source": archives folder, "data": empty data_dir}``."""
-    rng = np.random.default_rng(0)
-    source = root / "source"
-    source.mkdir(parents=True)
-    raw_md5, raw_sizes, resources = {}, {}, []
-    for split, n in (("train", 600), ("t10k", 100)):
-        labels = rng.integers(0, 10, size=n).astype(np.uint8)
-        images = learnable_images(labels, (28, 28), rng)
-        for kind, arr in (("images-idx3", images), ("labels-idx1", labels)):
-            name = f"{split}-{kind}-ubyte"
-            raw = idx_bytes(arr)
-            gz = gzip.compress(raw, mtime=0)
-            (source / f"{name}.gz").write_bytes(gz)
-            raw_md5[name] = md5(raw)
-            raw_sizes[name] = len(raw)
-            resources.append((f"{name}.gz", md5(gz)))
-    for cls, key in ((torchvision.datasets.MNIST, "MNIST"), (torchvision.datasets.FashionMNIST, "FashionMNIST")):
-        monkeypatch.setattr(cls, "resources", resources)
-        monkeypatch.setitem(archives.RAW_MD5, key, raw_md5)
-    # the published sizes bound decompression (raising=False: also runs against code without the table)
-    monkeypatch.setattr(archives, "RAW_SIZES", {"MNIST": raw_sizes, "FashionMNIST": raw_sizes}, raising=False)
-    return {"source": source, "data": root / "data"}
-
-
 @pytest.fixture
 def tiny_mnist(tmp_path, monkeypatch):
     """Write MNIST-format archives (600 train / 100 test images) into ``source/``; patch the md5 and size tables.
@@ -112,19 +61,6 @@ def tiny_mnist(tmp_path, monkeypatch):
     Fashion-MNIST alike (both data modules read the same format).
     """
     return make_tiny_mnist(tmp_path / "mnist", monkeypatch)
-
-
-def train_tiny_run(root: Path) -> tuple[Path, dict]:
-    """Train a 2-epoch LeNet on :func:`make_tiny_mnist` data under ``root`` (the md5 and size tables patched only
-    while it trains); returns its run folder and the data paths."""
-    from helpers import run_dirs, run_main, tiny_args
-
-    with pytest.MonkeyPatch.context() as mp:
-        paths = make_tiny_mnist(root / "mnist", mp)
-        mp.chdir(root)
-        assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2")) == 0
-    (run,) = run_dirs(root / "logs")
-    return run, paths
 
 
 @pytest.fixture(scope="session")

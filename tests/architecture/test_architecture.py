@@ -159,3 +159,21 @@ def test_docstrings_and_comments_carry_no_measurements_or_history():
             for match in pattern.finditer(" ".join(text.split())):
                 found.append(f"{path.relative_to(REPO)}:{line}: {match.group(0)!r}")
     assert found == [], "move these to docs/decisions.md:\n" + "\n".join(found)
+
+
+def test_no_test_module_imports_another_test_module_or_conftest():
+    """Shared test code lives in helper modules (tests/helpers.py, tests/tiny_data.py), never in a test module or a
+    conftest, so that a test module can be read, moved or deleted alone."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            for name in names:
+                last = name.rsplit(".", 1)[-1]
+                if last.startswith("test_") or last == "conftest" or name.startswith("tests."):
+                    found.append(f"{path.relative_to(REPO)}: {name}")
+    assert found == []

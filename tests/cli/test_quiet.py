@@ -47,7 +47,7 @@ BANNERS = (
 def fitted(tmp_path_factory) -> dict:
     """One finished 2-epoch tiny run, shared by this module (read it, don't change it): ``{"run": its folder,
     "raw": its extracted data files, "root": the folder it was started in}``."""
-    from conftest import train_tiny_run
+    from tiny_data import train_tiny_run
 
     root = tmp_path_factory.mktemp("quiet")
     run, paths = train_tiny_run(root)

@@ -8,8 +8,8 @@ import csv
 
 import numpy as np
 import pytest
-from conftest import learnable_images
 from PIL import Image
+from tiny_data import learnable_images
 
 from project import predict
 from project.data.images import load_image
