@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from tiny_data import learnable_images, make_tiny_mnist, md5, train_tiny_run
+from tiny_data import PRUNING, learnable_images, make_tiny_mnist, md5, train_tiny_run
 
 from project import data as data_mod
 
@@ -68,6 +68,21 @@ def trained_run(tmp_path_factory) -> Path:
     """A finished 2-epoch LeNet run on :func:`make_tiny_mnist` data, shared by the session (read it, don't change
     it). Returns its run folder."""
     return train_tiny_run(tmp_path_factory.mktemp("trained_run"))[0]
+
+
+@pytest.fixture(scope="session")
+def pruned_run(tmp_path_factory) -> Path:
+    """A finished 4-epoch LeNet run with unstructured pruning (:data:`tiny_data.PRUNING`: 60 % by epoch 3) on
+    :func:`make_tiny_mnist` data, shared by the session (read it, don't change it; copy it to run a command on it)."""
+    return train_tiny_run(tmp_path_factory.mktemp("pruned_run"), "--trainer.max_epochs", "4", *PRUNING)[0]
+
+
+@pytest.fixture(scope="session")
+def slimmed_run(tmp_path_factory) -> Path:
+    """A finished 3-epoch LeNet run with ``configs/slim.yaml`` (channels removed at epoch 1) on
+    :func:`make_tiny_mnist` data, shared by the session (read it, don't change it; copy it to run a command on it)."""
+    slim = str(Path(__file__).parents[1] / "configs" / "slim.yaml")
+    return train_tiny_run(tmp_path_factory.mktemp("slimmed_run"), "--config", slim, "--trainer.max_epochs", "3")[0]
 
 
 @pytest.fixture

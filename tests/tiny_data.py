@@ -63,14 +63,28 @@ def make_tiny_mnist(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     return {"source": source, "data": root / "data"}
 
 
-def train_tiny_run(root: Path) -> tuple[Path, dict]:
-    """Train a 2-epoch LeNet on :func:`make_tiny_mnist` data under ``root`` (the md5 and size tables patched only
-    while it trains); returns its run folder and the data paths."""
+# Unstructured pruning on a schedule (60 % of the weights, epochs 1 to 3), as the pruning tests train it
+PRUNING = [
+    *("--trainer.deterministic", "true", "--trainer.callbacks+=project.callbacks.Pruning"),
+    *(
+        "--trainer.callbacks.amount",
+        "0.6",
+        "--trainer.callbacks.start_epoch",
+        "1",
+        "--trainer.callbacks.end_epoch",
+        "3",
+    ),
+]
+
+
+def train_tiny_run(root: Path, *args: str) -> tuple[Path, dict]:
+    """Train LeNet on :func:`make_tiny_mnist` data under ``root`` with ``args`` (default: 2 epochs), the md5 and size
+    tables patched only while it trains; returns its run folder and the data paths."""
     from helpers import run_dirs, run_main, tiny_args
 
     with pytest.MonkeyPatch.context() as mp:
         paths = make_tiny_mnist(root / "mnist", mp)
         mp.chdir(root)
-        assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2")) == 0
+        assert run_main(tiny_args(paths, root / "logs", *(args or ("--trainer.max_epochs", "2")))) == 0
     (run,) = run_dirs(root / "logs")
     return run, paths

@@ -6,6 +6,7 @@ import lightning as L
 import pytest
 import torch
 from helpers import LinearModel, linear_data, results, run_dirs, run_main, tensorboard_hparams, tiny_args
+from tiny_data import PRUNING
 from torch import nn
 
 from project.callbacks.pruning import Pruning, sparsity
@@ -80,29 +81,12 @@ def test_cudnn_enabled_switch(tiny_mnist, tmp_path, monkeypatch):
 
 
 def pruning_args(paths, logs, epochs, *extra):
-    return tiny_args(
-        paths,
-        logs,
-        "--trainer.max_epochs",
-        str(epochs),
-        "--trainer.deterministic",
-        "true",
-        "--trainer.callbacks+=project.callbacks.Pruning",
-        "--trainer.callbacks.amount",
-        "0.6",
-        "--trainer.callbacks.start_epoch",
-        "1",
-        "--trainer.callbacks.end_epoch",
-        "3",
-        *extra,
-    )
+    return tiny_args(paths, logs, "--trainer.max_epochs", str(epochs), *PRUNING, *extra)
 
 
 @pytest.mark.slow
-def test_pruning_reaches_amount_and_reloads_into_a_plain_net(tiny_mnist, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert run_main(pruning_args(tiny_mnist, tmp_path / "logs", 4)) == 0
-    (run,) = run_dirs(tmp_path / "logs")
+def test_pruning_reaches_amount_and_reloads_into_a_plain_net(pruned_run):
+    run = pruned_run
     r = results(run)
     total = 431_080 - (20 + 50 + 500 + 10)  # conv/linear weights, no biases
     assert abs(r["sparsity"] - 0.6) <= 1 / total
@@ -118,18 +102,18 @@ def test_pruning_reaches_amount_and_reloads_into_a_plain_net(tiny_mnist, tmp_pat
 
 
 @pytest.mark.slow
-def test_pruning_resume_keeps_masks_and_schedule(tiny_mnist, tmp_path, monkeypatch):
-    """Stop after epoch 2 (mid-schedule), resume from last.ckpt: same masks and weights as one run."""
+def test_pruning_resume_keeps_masks_and_schedule(pruned_run, tiny_mnist, tmp_path, monkeypatch):
+    """Stop after epoch 2 (mid-schedule), resume from last.ckpt: same masks and weights as one run (the session's
+    ``pruned_run``, trained on the same archives with the same arguments)."""
     monkeypatch.chdir(tmp_path)
-    logs_a, logs_b = tmp_path / "a", tmp_path / "b"
-    assert run_main(pruning_args(tiny_mnist, logs_a, 4)) == 0
+    logs_b = tmp_path / "b"
     assert run_main(pruning_args(tiny_mnist, logs_b, 2)) == 0
     (first,) = run_dirs(logs_b)
     mid = torch.load(first / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     masks = next(v for k, v in mid["callbacks"].items() if "Pruning" in k)["masks"]
     assert masks and 0.15 < 1 - float(torch.cat([m.flatten() for m in masks.values()]).mean()) < 0.25
     assert run_main(pruning_args(tiny_mnist, logs_b, 4, "--ckpt_path", str(first / "checkpoints" / "last.ckpt"))) == 0
-    (straight,) = run_dirs(logs_a)
+    straight = pruned_run
     resumed = run_dirs(logs_b)[-1]
     ra, rb = results(straight), results(resumed)
     assert rb["sparsity"] == ra["sparsity"] and rb["global_step"] == ra["global_step"] and rb["epochs"] == 4

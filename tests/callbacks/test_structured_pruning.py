@@ -119,11 +119,12 @@ def test_global_ranking_keeps_the_total_and_simple_cnn_follows_the_flatten():
 
 
 @pytest.mark.slow
-def test_slimmed_run_reloads_strictly_everywhere(tiny_mnist, tmp_path, monkeypatch, capsys):
-    """configs/slim.yaml on the tiny MNIST run: shapes, counts, TensorBoard, and every way back in."""
+def test_slimmed_run_reloads_strictly_everywhere(slimmed_run, tiny_mnist, tmp_path, monkeypatch, capsys):
+    """configs/slim.yaml on the tiny MNIST run (the session's ``slimmed_run``, copied: the commands write into it):
+    shapes, counts, TensorBoard, and every way back in."""
     monkeypatch.chdir(tmp_path)
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--config", SLIM, "--trainer.max_epochs", "3")) == 0
-    (run,) = run_dirs(tmp_path / "logs")
+    run = tmp_path / "logs" / "tiny" / "version_0"
+    shutil.copytree(slimmed_run, run)
     r = results(run)
     assert r["widths"] == SLIM_LENET
     assert (r["params"], r["params_before"]) == (SLIM_LENET_PARAMS, 431_080) and r["nonzero_params"] <= r["params"]
