@@ -5,6 +5,7 @@
 * :mod:`~project.callbacks.slim` -- :class:`StructuredPruning` (channels removed, Torch-Pruning).
 * :mod:`~project.callbacks.training` -- :class:`CudnnFlags` (``torch.backends.cudnn.enabled``), :class:`Throughput`
   (samples/s, epoch time), :class:`StepLearningRateMonitor`.
+* :mod:`~project.callbacks.fresh` -- :class:`FreshEachFit`: one callback object, several fits (the notebook pattern).
 * :mod:`~project.callbacks.checkpoint` -- :class:`RunCheckpoint` (``last.ckpt`` always the newest state),
   :class:`LocalAtomicCheckpointIO` (atomic local writes, never through a link).
 

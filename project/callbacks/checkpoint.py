@@ -18,6 +18,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
 from project import adapters
+from project.callbacks.fresh import FreshEachFit
 from project.errors import ConfigError
 from project.runs import files
 
@@ -65,7 +66,7 @@ def local_path(path: Any) -> Path | None:
     return Path(stripped) if isinstance(fs, LocalFileSystem) else None
 
 
-class RunCheckpoint(adapters.LastSaveRecorder):
+class RunCheckpoint(FreshEachFit, adapters.LastSaveRecorder):
     """Lightning's ``ModelCheckpoint`` whose ``last.ckpt`` is the newest state at every save point.
 
     Lightning 2.6 rewrites ``last.ckpt`` at the end of validation only when a top-k checkpoint was saved in
@@ -95,6 +96,12 @@ class RunCheckpoint(adapters.LastSaveRecorder):
 
     # the parent's keyword arguments, as inspect.signature (help(), IDEs, Lightning's own tests) reads them
     __init__.__signature__ = inspect.signature(ModelCheckpoint.__init__)  # type: ignore[attr-defined]
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # another Trainer's fit: that run's checkpoint folder and scores, not the last run's (whose last.ckpt the
+        # next save would otherwise overwrite)
+        self.fresh_for(trainer, stage)
+        super().setup(trainer, pl_module, stage)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Lightning's restore, with every path from the checkpoint treated as data: one that is not a file

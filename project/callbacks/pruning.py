@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn.utils import prune
 
 from project import adapters
+from project.callbacks.fresh import FreshEachFit
 from project.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def nonzero_params(module: nn.Module) -> int:
     return count
 
 
-class ScheduledPruning(Callback):
+class ScheduledPruning(FreshEachFit, Callback):
     """What both pruning callbacks share: a schedule over epochs, its checkpoint state and its checks.
 
     The schedule: pruning happens at the **start** of each epoch from ``start_epoch`` to ``end_epoch`` (0-based,
@@ -188,6 +189,7 @@ class ScheduledPruning(Callback):
             )
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.fresh_for(trainer, stage)
         # Trainer.callbacks: set by Lightning's CallbackConnector, not declared on the class
         ScheduledPruning.number_copies(trainer.callbacks)  # type: ignore[attr-defined]
         if stage == "fit":
@@ -363,6 +365,7 @@ class Pruning(ScheduledPruning, ModelPruning):
         return [(f"{self._names[id(m)]}.{name}", getattr(m, name).detach()) for m, name in pairs]
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.fresh_for(trainer, stage)  # another Trainer's fit: the layers of its model, not the last one's
         if stage == "fit":
             ModelPruning.setup(self, trainer, pl_module, stage)  # finds the (module, name) pairs to prune
             self._names = {id(m): name for name, m in pl_module.named_modules()}

@@ -242,6 +242,7 @@ class StructuredPruning(ScheduledPruning):
 
     # -- hooks ---------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.fresh_for(trainer, stage)  # another Trainer's fit: that model's widths, not the last one's
         if stage != "fit":
             return super().setup(trainer, pl_module, stage)
         # Trainer.callbacks: set by Lightning's CallbackConnector, not declared on the class

@@ -18,6 +18,7 @@ from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities import rank_zero_only
 
 from project import adapters
+from project.callbacks.fresh import FreshEachFit
 
 
 class CudnnFlags(Callback):
@@ -67,7 +68,7 @@ def batch_samples(batch: Any) -> int:
     return len(batch) if isinstance(batch, torch.Tensor) else len(batch[0])
 
 
-class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
+class Throughput(FreshEachFit, adapters.TrainingRatesOnly, ThroughputMonitor):
     """Lightning's ``ThroughputMonitor``, logging training only, plus the time and rate of each epoch.
 
     The clock and the counting are the library's: ``time.perf_counter()`` after ``torch.cuda.synchronize()`` on
@@ -107,6 +108,7 @@ class Throughput(adapters.TrainingRatesOnly, ThroughputMonitor):
         self._epoch_start: tuple[float, int] = (0.0, 0)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.fresh_for(trainer, stage)  # another Trainer's fit: its own epoch times, not the last fit's too
         # Trainer.log_every_n_steps: set by Lightning's LoggerConnector, not declared on the class
         self.kwargs["window_size"] = max(2, self.window_size or trainer.log_every_n_steps)  # type: ignore[attr-defined]
         super().setup(trainer, pl_module, stage)
