@@ -1,4 +1,7 @@
-"""TODO docstring."""
+"""jsonargparse's refusals as one line: :func:`explain_parse_error` turns its multi-line chain of errors into the
+whole key, the value given and what the key takes (``data.batch_size: 0 is not a PositiveInt (needs v>0)``);
+:class:`ParseError` carries the parser that refused, for the declared type. The entry point prints the line as
+``error: ...`` with exit status 2 (:mod:`project.cli.entry`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""TODO docstring."""
+"""``fit --ckpt_path``: which checkpoint a resume starts from, and the run folder it continues in.
+
+:func:`resolve_ckpt_path` turns ``last``, ``best``, a run folder or a file into one checkpoint file (``last`` and
+``best`` look in the newest run of the experiment of the command's own kind, :func:`kind_of`);
+:func:`resume_in_place` points the logger at that checkpoint's run folder, so the resumed run continues there
+instead of starting ``version_N+1``. Errors are :class:`~project.errors.ConfigError` naming where it looked."""
 
 from __future__ import annotations
 

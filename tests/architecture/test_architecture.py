@@ -177,3 +177,13 @@ def test_no_test_module_imports_another_test_module_or_conftest():
                 if last.startswith("test_") or last == "conftest" or name.startswith("tests."):
                     found.append(f"{path.relative_to(REPO)}: {name}")
     assert found == []
+
+
+def test_every_package_module_says_what_it_is_for():
+    """A module docstring that says what the module does (not missing, not a placeholder)."""
+    lacking = []
+    for path in sorted((REPO / "project").rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if len(doc.split()) < 4 or "TODO" in doc:
+            lacking.append(str(path.relative_to(REPO)))
+    assert lacking == []
