@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from helpers import REPO, own_data, results, run_dirs
+from helpers import LAUNCH_VARIABLES, REPO, own_data, results, run_dirs
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from PIL import Image
 
@@ -22,8 +22,6 @@ from project import evaluate, export, predict
 from project.cli.commands import cli_for_run
 
 COMMANDS = {"evaluate": evaluate, "predict": predict, "export": export}
-# what a launcher (SLURM, torchrun) sets: a test's own processes start without them
-LAUNCH_VARIABLES = ("SLURM_", "TORCHELASTIC_", "MASTER_", "PET_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
 
 # trainer settings of runs trained by more than one process (or by a strategy a command does not need)
 STRATEGIES = {
@@ -130,40 +128,42 @@ def test_predict_asked_for_more_than_one_process_is_one_line(trained_run, tmp_pa
     assert not out.exists()
 
 
+def python_m(cwd, *args: str) -> subprocess.CompletedProcess:
+    """``python -m ARGS`` in ``cwd`` as a user starts it (no launcher's variables); it must succeed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARIABLES)}
+    done = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def short_fashion_fit(cwd, fashion_data, *overlays: str):
+    """A 1-epoch run of configs/fashion_mnist.yaml plus ``overlays`` (4 training, 2 validation, 2 test batches) in
+    ``cwd/logs``, as its own process: the run folder."""
+    python_m(
+        cwd,
+        "project.fit",
+        *("--config", str(REPO / "configs/fashion_mnist.yaml"), *overlays),
+        *("--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--data.persistent_workers", "false"),
+        *("--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2"),
+        *("--trainer.limit_test_batches", "2", "--trainer.enable_progress_bar", "false"),
+        *("--trainer.logger.init_args.save_dir", str(cwd / "logs")),
+    )
+    (run,) = run_dirs(cwd / "logs")
+    return run
+
+
 @pytest.mark.slow
 def test_evaluate_asked_for_two_processes_gives_the_single_process_answer(fashion_data, tmp_path):
     """``evaluate --trainer.strategy ddp --trainer.devices 2`` (allowed: each process tests its share and the metrics
     are reduced over both) writes the same accuracy, sample count and confusion matrix as one process, once."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARIABLES)}
-
-    def python_m(*args: str) -> None:
-        done = subprocess.run(
-            [sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-
-    python_m(
-        "project.fit",
-        *("--config", str(REPO / "configs/fashion_mnist.yaml"), "--data.data_dir", str(fashion_data)),
-        *("--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.max_epochs", "1"),
-        *(
-            "--trainer.limit_train_batches",
-            "4",
-            "--trainer.limit_val_batches",
-            "2",
-            "--trainer.limit_test_batches",
-            "2",
-        ),
-        *("--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")),
-    )
-    (run,) = run_dirs(tmp_path / "logs")
+    run = short_fashion_fit(tmp_path, fashion_data)
     own = ["--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--data.persistent_workers", "false"]
     own += ["--trainer.limit_test_batches", "1.0"]  # the whole test set (a batch limit is per process)
-    python_m("project.evaluate", str(run), *own)
+    python_m(tmp_path, "project.evaluate", str(run), *own)
     single = json.loads((run / "eval-best-test.json").read_text())
     (run / "eval-best-test.json").unlink()
     python_m(
-        "project.evaluate", str(run), *own, "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp",
+        tmp_path, "project.evaluate", str(run), *own, "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp",
         "--trainer.devices", "2",
     )  # fmt: skip
     two = json.loads((run / "eval-best-test.json").read_text())
@@ -178,24 +178,7 @@ def test_evaluate_asked_for_two_processes_gives_the_single_process_answer(fashio
 def test_predict_on_a_run_trained_by_two_ddp_processes_classifies_every_image(fashion_data, tmp_path):
     """The issue's case end to end: ``fit`` with ``configs/trainer/ddp_cpu.yaml`` (2 processes), then ``predict`` on
     eight images: all eight rows, the same as the single-process answer (the run's config set to one device)."""
-
-    def python_m(*args: str) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARIABLES)}
-        done = subprocess.run(
-            [sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done
-
-    python_m(
-        "project.fit",
-        *("--config", str(REPO / "configs/fashion_mnist.yaml"), "--config", str(REPO / "configs/trainer/ddp_cpu.yaml")),
-        *("--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--data.persistent_workers", "false"),
-        *("--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2"),
-        *("--trainer.limit_test_batches", "2", "--trainer.enable_progress_bar", "false"),
-        *("--trainer.logger.init_args.save_dir", str(tmp_path / "logs")),
-    )
-    (run,) = run_dirs(tmp_path / "logs")
+    run = short_fashion_fit(tmp_path, fashion_data, "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"))
     assert results(run)["world_size"] == 2
     single = tmp_path / "single" / "fashion_mnist" / "version_0"
     shutil.copytree(run, single)
@@ -205,6 +188,8 @@ def test_predict_on_a_run_trained_by_two_ddp_processes_classifies_every_image(fa
     images = eight_pngs(tmp_path / "images")
     tables = []
     for folder, out in ((run, "ddp.csv"), (single, "single.csv")):
-        python_m("project.predict", str(folder), str(images), "--out", out, "--data.data_dir", str(fashion_data))
+        python_m(
+            tmp_path, "project.predict", str(folder), str(images), "--out", out, "--data.data_dir", str(fashion_data)
+        )
         tables.append([{k: v for k, v in r.items() if k != "path"} for r in csv.DictReader((tmp_path / out).open())])
     assert len(tables[0]) == 8 and tables[0] == tables[1]
