@@ -340,3 +340,21 @@ def kubernetes_expand(arg: str, values: dict[str, str]) -> str:
     import re
 
     return re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], arg)
+
+
+def job_torchrun_args(node: int, port: int, **values: str) -> list[str]:
+    """What pod ``node`` of deploy/kubernetes/train's Job passes to torchrun (up to ``-m project.fit``, without
+    ``torchrun`` itself), expanded as Kubernetes expands it: the container's env values, ``NODE_RANK`` = ``node``,
+    then ``values``; here 1 process per node and the master on 127.0.0.1:``port``."""
+    (job,) = [
+        d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/train/train.yaml").read_text()) if d["kind"] == "Job"
+    ]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[0] == "torchrun" and "--nnodes=$(NNODES)" in args and "--node_rank=$(NODE_RANK)" in args
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    expanded = [
+        kubernetes_expand(a, {**env, "NODE_RANK": str(node), **values}) for a in args[1 : args.index("project.fit") + 1]
+    ]
+    here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
+    return [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in expanded]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import yaml
-from helpers import REPO, clean_env, free_port_for_slurm, kubernetes_expand, slurm_task
+from helpers import REPO, clean_env, free_port_for_slurm, job_torchrun_args, slurm_task
 
 DDP_OVERLAYS = sorted(
     p
@@ -91,17 +91,7 @@ def test_a_lone_torchrun_node_ends_after_the_rendezvous_timeout_with_one_error_l
     ends with one ``error:`` line naming the meeting point and the fix, exit status 1, no traceback or C++ log lines,
     and no run folder."""
     _, port = free_port_for_slurm()
-    (job,) = [
-        d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/train/train.yaml").read_text()) if d["kind"] == "Job"
-    ]
-    (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["args"][0] == "torchrun"
-    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-    values = {**env, "NODE_RANK": str(rank), "RENDEZVOUS_TIMEOUT_S": "5"}
-    here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
-    launch = container["args"][1 : container["args"].index("project.fit") + 1]
-    torchrun = [kubernetes_expand(a, values) for a in launch]
-    torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
+    torchrun = job_torchrun_args(rank, port, RENDEZVOUS_TIMEOUT_S="5")
     assert "--rdzv_conf=timeout=5" in torchrun and "--nnodes=2" in torchrun
     args = [
         *("--config", str(REPO / "configs/fashion_mnist.yaml"), "--config", str(REPO / "configs/trainer/ddp_cpu.yaml")),

@@ -11,8 +11,7 @@ import time
 
 import pytest
 import torch
-import yaml
-from helpers import REPO, clean_env, free_port_for_slurm, kubernetes_expand, results, run_dirs, slurm_task
+from helpers import REPO, clean_env, free_port_for_slurm, job_torchrun_args, results, run_dirs, slurm_task
 
 
 def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
@@ -366,20 +365,11 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     from the pod's completion index; here 1 CPU process per node, master on 127.0.0.1): one run folder, one
     results.json, the result of 1 node x 2 processes."""
     _, port = free_port_for_slurm()
-    base = REPO / "deploy/kubernetes/train/train.yaml"
-    (job,) = [d for d in yaml.safe_load_all(base.read_text()) if d["kind"] == "Job"]
-    (container,) = job["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-    launch = container["args"][: container["args"].index("project.fit") + 1]  # torchrun ... -m project.fit
-    assert launch[0] == "torchrun" and "--nnodes=$(NNODES)" in launch and "--node_rank=$(NODE_RANK)" in launch
-    assert env["NNODES"] == "2"
-    here = {"--nproc_per_node": "1", "--master_addr": "127.0.0.1", "--master_port": str(port)}  # 1 CPU process
     args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
     procs = []
     for node in (0, 1):
-        values = {**env, "NODE_RANK": str(node)}
-        torchrun = [kubernetes_expand(a, values) for a in launch[1:]]  # as Kubernetes expands them
-        torchrun = [f"{a.split('=')[0]}={here[a.split('=')[0]]}" if a.split("=")[0] in here else a for a in torchrun]
+        torchrun = job_torchrun_args(node, port)
+        assert "--nnodes=2" in torchrun and f"--node_rank={node}" in torchrun
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "project.cli.torchrun", *torchrun, *args],  # as the image runs torchrun
