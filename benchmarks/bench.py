@@ -394,8 +394,8 @@ class Bench:
     def add_ceiling(self, results: list[dict[str, Any]]) -> None:
         """Each model row's achieved GFLOP/s and its fraction of the measured GEMM ceiling of its dtype.
 
-        Training rows count forward + backward FLOPs of their net (:func:`project.slim.train_flops_per_sample`),
-        inference rows the forward pass (2 FLOPs per multiply-accumulate, :func:`project.slim.macs_per_sample`).
+        Training rows count forward + backward FLOPs of their net (:func:`project.nets.train_flops_per_sample`),
+        inference rows the forward pass (2 FLOPs per multiply-accumulate, :func:`project.nets.macs_per_sample`).
         A pruned row counts the dense net's FLOPs: the zeros are multiplied all the same. The fp32 ceiling is the
         best of the GEMMs timed after every round of rows (:meth:`run`), so that a slow phase of a shared machine
         cannot lower it; the fp16/bf16 one is timed once here (emulated bf16 takes seconds per product on a CPU).

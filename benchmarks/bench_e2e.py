@@ -89,7 +89,7 @@ def prepare(data_module: str, data_dir: str, source_dir: str | None) -> None:
 def child_env() -> dict[str, str]:
     """The environment for the benchmarked processes: they import the same ``project`` package as this one.
 
-    ``python -m project.X`` in a child finds ``project`` via the current folder or an installed copy, which
+    ``python -m project.<verb>`` in a child finds ``project`` via the current folder or an installed copy, which
     may be another checkout (an editable install points at one folder); putting this package's parent first
     on ``PYTHONPATH`` makes the children run the code this benchmark was started from.
     """

@@ -6,7 +6,7 @@ evaluates one split with Lightning's ``Trainer.test`` (``test``) or ``Trainer.va
 validation split fit held out) and writes ``eval-<ckpt>-<split>.json`` into the run folder: accuracy, loss,
 per-class accuracy, the confusion matrix (rows: true class) and the number of samples. On the run's unchanged
 config ``--ckpt best --split test`` reproduces ``results.json``'s ``test_acc``. The shared run-folder arguments and
-loading: :mod:`project.commands`.
+loading: :mod:`project.cli.commands`.
 """
 
 from __future__ import annotations

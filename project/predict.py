@@ -114,7 +114,7 @@ def predict(job: RunJob) -> int:
     rows = 0
     if len(images):
         fields = ["path", "pred", "label", "prob"] + [f"top{i}_{x}" for i in range(1, k + 1) for x in ("label", "prob")]
-        # whole or not at all, never through a planted link (project.runs.atomic_file)
+        # whole or not at all, never through a planted link (project.runs.files.atomic_file)
         try:
             with files.atomic_file(out) as raw:
                 f = io.TextIOWrapper(raw, newline="", write_through=True)

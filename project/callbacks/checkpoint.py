@@ -33,10 +33,29 @@ class LocalAtomicCheckpointIO(TorchCheckpointIO):
     folder: when that is another filesystem (a container's ``/tmp`` vs a mounted ``logs/`` volume) the final
     move is a copy, and a run killed during it leaves a truncated checkpoint. Here the checkpoint goes to a new
     temporary file created exclusively in the same folder, then is renamed into place (see
-    :func:`project.runs.write_bytes`). Lightning removes an old checkpoint with ``fs.rm(recursive=True)``: here
+    :func:`project.runs.files.write_bytes`). Lightning removes an old checkpoint with ``fs.rm(recursive=True)``: here
     only a regular file or a link itself is unlinked; a folder is never removed. URLs (``s3://``,
     ``memory://``, ...) go through Lightning's own path unchanged; ``file://`` URLs are local paths.
+
+    A resume's checkpoint, already read and checked (:class:`project.cli.gate.CheckpointGate`), is served by
+    :meth:`serve_once`: Lightning's next load of that path gets the checked dict, not a second read of the file.
     """
+
+    served: tuple[Path, dict[str, Any]] | None = None
+
+    def serve_once(self, path: Path, checkpoint: dict[str, Any]) -> None:
+        """The next :meth:`load_checkpoint` of ``path`` returns ``checkpoint`` (a dict, as ``torch.load`` gives
+        it on the CPU) instead of reading the file."""
+        self.served = (Path(path).resolve(), checkpoint)
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        served, self.served = self.served, None
+        local = local_path(path)
+        if served is not None and local is not None and local.resolve() == served[0]:
+            return served[1]
+        if map_location is None:
+            return super().load_checkpoint(path, weights_only=weights_only)
+        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         local = local_path(path)

@@ -199,7 +199,7 @@ class ScheduledPruning(FreshEachFit, Callback):
         return {"schedule": self.schedule()}
 
     def results(self) -> dict[str, Any]:
-        """The ``results.json`` fields this callback fills in (see :func:`project.report.build_results`)."""
+        """The ``results.json`` fields this callback fills in (see :func:`project.report.results.build_results`)."""
         return {}
 
     @staticmethod

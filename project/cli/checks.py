@@ -445,8 +445,9 @@ def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
             )
 
 
-# Checks of this machine rather than of the config: --print_config leaves them out (ProjectCLI.check_config).
-MACHINE_CHECKS: tuple[Callable[[Any], None], ...] = (check_gpu_present,)
+# Steps that depend on this machine rather than on the config (a GPU present; the precision auto_precision picks
+# for this machine): --print_config and a sweep's base leave them out (ProjectCLI.config_steps).
+MACHINE_CHECKS: tuple[Callable[[Any], None], ...] = (check_gpu_present, settle_auto_precision)
 
 # Every command's checks, in the order they run (then check_no_twins, check_trainer_ranges and the data folders).
 CHECKS: tuple[Callable[[Any], None], ...] = (

@@ -8,14 +8,14 @@ and ``--trainer.*`` override, so ``--help`` lists them all and a bad value is on
 1. ``RUN`` (the first argument) names a run folder, an experiment folder (its newest run) or a checkpoint inside a
    run (:func:`find_run`);
 2. the run's experiment is rebuilt from its latest config (``config.yaml`` or the newest resume's) through
-   :class:`~project.cli.ProjectCLI`, with the command's options and the user's overrides after it, no logger and
+   :class:`~project.cli.parser.ProjectCLI`, with the command's options and the user's overrides after it, no logger and
    no resume (nothing is written into the run by rebuilding it; ``--trust_checkpoint`` is off unless given), as
    one process on one device whatever strategy, devices and nodes the run trained with (:data:`REBUILD`);
 3. ``--ckpt`` (``best``, ``last`` or a file; a checkpoint given as ``RUN`` wins) is loaded with PyTorch's safe
-   unpickler (:func:`project.runs.load_checkpoint`) and its weights strictly into the rebuilt model
+   unpickler (:func:`project.checkpoints.load_checkpoint`) and its weights strictly into the rebuilt model
    (:func:`load_weights`: a slimmed checkpoint's widths first);
 4. the command's work gets a :class:`RunJob`; every user-caused failure is one ``error:`` line
-   (:func:`project.cli.run_main`).
+   (:func:`project.cli.entry.run_main`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project import checkpoints
-from project.cli.entry import exit_with, quiet_library_banners, run_main
+from project.cli.entry import quiet_library_banners, run_main
 from project.cli.parser import ProjectCLI
 from project.data.base import DEFAULT_DATA_DIR
 from project.errors import ConfigError, DataError
@@ -296,7 +296,7 @@ def leading_positionals(argv: list[str]) -> list[str]:
 
 def command_main(command: Command, argv: list[str] | None = None) -> int:
     """Parse, rebuild the run, load its checkpoint, do the command's work; returns the exit status (0 ok, 2 bad
-    arguments/config/checkpoint, 1 bad data or a failed run, as :func:`project.cli.run_main`)."""
+    arguments/config/checkpoint, 1 bad data or a failed run, as :func:`project.cli.entry.run_main`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def make() -> RunJob:
@@ -358,7 +358,6 @@ __all__ = [
     "cli_for_run",
     "command_checkpoint",
     "command_main",
-    "exit_with",
     "find_run",
     "load_weights",
     "main_of",

@@ -21,7 +21,7 @@ from project.errors import UserError
 class ParseError(ArgumentError):
     """jsonargparse's refusal of a command line or config file, with the parser that refused it.
 
-    :meth:`project.cli.ProjectCLI.parse_arguments` raises it from jsonargparse's ``ArgumentError`` (the
+    :meth:`project.cli.parser.ProjectCLI.parse_arguments` raises it from jsonargparse's ``ArgumentError`` (the
     ``__cause__``), so that :func:`explain_parse_error` can look up the type the parser declares for the key.
     """
 

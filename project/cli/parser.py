@@ -1,9 +1,9 @@
-"""The project's ``LightningCLI``, shared by every command (the one-line error handling: :mod:`project.entry`).
+"""The project's ``LightningCLI``, shared by every command (the one-line error handling: :mod:`project.cli.entry`).
 
 * :class:`ProjectCLI` -- LightningCLI over :class:`~project.module.ImageClassifier` and the data modules with
   the project's defaults (TensorBoard under ``logs/``, best/last checkpoints by ``val/acc``, learning rate
   every step, ``cudnn.enabled``), values typed as given, and shared config checks. Every callback and plugin a
-  run uses is a key of its config (``--print_config``), and a run-folder command (:mod:`project.commands`) adds
+  run uses is a key of its config (``--print_config``), and a run-folder command (:mod:`project.cli.commands`) adds
   its own options to the same parser.
 """
 
@@ -18,15 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from jsonargparse import ArgumentError
 from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
 
-from project import adapters, checkpoints
+from project import adapters
 from project.callbacks.checkpoint import RunCheckpoint
 from project.callbacks.pruning import Pruning
 from project.callbacks.training import CudnnFlags, Throughput
 from project.cli import checks
+from project.cli.gate import CheckpointGate
 from project.cli.parse_errors import ParseError
 from project.cluster import ddp, slurm
 from project.data.base import VisionDataModule
@@ -82,7 +84,7 @@ class RunConfig(SaveConfigCallback):
 
     A new run writes ``config.yaml``; each resume into the same folder adds ``config-resume-<k>.yaml``
     (k = 1, 2, ...), so the original config is never rewritten. Each file is written whole or not at all
-    (:func:`project.runs.write_text`: a process killed midway leaves no empty ``config.yaml``), never through a
+    (:func:`project.runs.files.write_text`: a process killed midway leaves no empty ``config.yaml``), never through a
     link. Without a logger there is no run folder and nothing is written (Lightning's callback would write
     ``config.yaml`` into the working directory). Uses Lightning's documented ``save_to_log_dir=False`` +
     ``save_config`` hook (rank 0 only).
@@ -120,6 +122,18 @@ warnings.filterwarnings(
 )
 
 
+# The stages of the config steps (ProjectCLI.config_steps).
+CONFIG, MACHINE, RUN = "config", "machine", "run"
+
+
+class Resolved(Exception):  # noqa: N818 -- control flow of ProjectCLI.resolve, not an error
+    """Raised with the settled config to end :meth:`ProjectCLI.resolve` before anything is built."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__("resolved")
+        self.config = config
+
+
 class ProjectCLI(adapters.TrainerCallbacksCLI):
     """LightningCLI with the project's defaults and checks (``run=False``: the entry point calls the work).
 
@@ -133,12 +147,15 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         prog: str = "python -m project.fit",
         command_options: Callable[[LightningArgumentParser], None] | None = None,
         usage: str | None = None,
+        resolve_only: bool = False,
         **kwargs: Any,
     ) -> None:
-        # a run-folder command (project.commands) adds its own options to this one parser
+        # a run-folder command (project.cli.commands) adds its own options to this one parser
         self.command_options = command_options
         self.claimed: list[Path] = []  # the folders this command claimed (claims.release: those still empty)
         self.drawn_seed: int | None = None  # seed_everything: true
+        self.gate: CheckpointGate | None = None  # a resume's checkpoint, read once (open_gate)
+        self.resolve_only = resolve_only  # stop after the config steps (resolve)
         ddp.register_strategies()  # every ddp* strategy name binds its rendezvous to one address
         kwargs["description"] = f"{kwargs.get('description', '')}\n\n{HELP_OVERVIEW}".strip()
         usage = usage or (
@@ -244,45 +261,56 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             return self.drawn_seed
         return 0 if seed is False else seed
 
+    def config_steps(self) -> list[tuple[str, Callable[[Any], None]]]:
+        """Every config step, in the order it runs, with its stage: ``config`` steps settle and check the config
+        alone (``--print_config`` and a sweep's base stop after them: :meth:`resolve`); ``machine`` steps check this
+        machine (a GPU, the data folders); ``run`` steps prepare the run (a SLURM requeue's checkpoint, the
+        checkpoint gate, the run folder). Each step takes the parsed config and settles it in place or raises
+        ``ConfigError`` (one line naming the key and the fix)."""
+        twins = {key: same for key, (_, _, same) in RUN_CALLBACKS.items()}
+        return [
+            (CONFIG, self.settle_default_logger),
+            *((MACHINE if check in checks.MACHINE_CHECKS else CONFIG, check) for check in checks.CHECKS),
+            (CONFIG, lambda cfg: checks.check_no_twins(cfg, twins)),
+            (CONFIG, checks.check_trainer_ranges),
+            (MACHINE, checks.check_data_dir),
+            *([(MACHINE, checks.check_source_dir)] if self.command_options is None else []),  # fit's own data
+            (RUN, slurm.prepare),  # under SLURM: a requeued job resumes its own run
+            (RUN, self.open_gate),
+            (CONFIG, checks.settle_seed),
+            (RUN, lambda cfg: self.claim_run_folder()),
+        ]
+
+    def run_config_steps(self, cfg: Any, stages: tuple[str, ...] = (CONFIG, MACHINE, RUN)) -> None:
+        """The :meth:`config_steps` of ``stages``, in order, on ``cfg``.
+
+        Raises:
+            ConfigError: one line naming the key and the fix.
+        """
+        for stage, step in self.config_steps():
+            if stage in stages:
+                step(cfg)
+
     def prepare_config(self) -> None:
-        """Check the parsed config and settle what it leaves open, before anything is built or written: conflicting
-        or out-of-range Trainer settings, removed run callbacks that must stay, unusable folders, ``auto_precision``,
-        Lightning's TensorBoardLogger as the project's, ``--ckpt_path last|best`` as a file; then claim the run
-        folder (:meth:`claim_run_folder`).
+        """Every config step (:meth:`config_steps`) on the parsed config, before anything is built or written.
 
         Raises:
             ConfigError: one line naming the key and the fix.
         """
-        cfg = self.config
-        self.check_config(cfg)
-        slurm.prepare(cfg)  # under SLURM: a requeued job resumes its own run
-        if cfg.ckpt_path is not None:
-            cfg.ckpt_path = str(resume.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
-            checkpoints.load_checkpoint(cfg.ckpt_path, trust=cfg.trust_checkpoint)  # refuse unsafe files up front
-            resume.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
-        checks.settle_seed(cfg)
-        self.claim_run_folder()
+        self.run_config_steps(self.config)
 
-    def check_config(self, cfg: Any, machine: bool = True) -> None:
-        """The config checks of :meth:`prepare_config` (:data:`checks.CHECKS` and the rest), which settle ``cfg``
-        in place and write nothing. ``machine=False`` leaves out what depends on this machine rather than on the
-        config (:data:`checks.MACHINE_CHECKS`: a GPU, the data folders), for ``--print_config``: a config for a GPU
-        cluster prints on a laptop.
+    def open_gate(self, cfg: Any) -> None:
+        """``--ckpt_path`` (``last``, ``best``, a run folder, a file) resolved to a file, read once and kept as
+        :attr:`gate` (:class:`~project.cli.gate.CheckpointGate`), and the logger pointed at the run it continues.
 
         Raises:
-            ConfigError: one line naming the key and the fix.
+            ConfigError: no such run or file, or a file the safe unpickler refuses.
         """
-        self.settle_default_logger(cfg)
-        for check in checks.CHECKS:
-            if machine or check not in checks.MACHINE_CHECKS:
-                check(cfg)
-        checks.check_no_twins(cfg, {key: same for key, (_, _, same) in RUN_CALLBACKS.items()})
-        checks.check_trainer_ranges(cfg)
-        if not machine:
+        if cfg.ckpt_path is None:
             return
-        checks.check_data_dir(cfg)
-        if self.command_options is None:  # fit
-            checks.check_source_dir(cfg)
+        cfg.ckpt_path = str(resume.resolve_ckpt_path(cfg.ckpt_path, cfg.trainer.logger, cfg.as_dict()))
+        self.gate = CheckpointGate.open(cfg.ckpt_path, trust=cfg.trust_checkpoint)
+        resume.resume_in_place(Path(cfg.ckpt_path), cfg.trainer.logger)
 
     def settle_default_logger(self, cfg: Any) -> None:
         """``trainer.logger: null`` (or ``true``) is the default logger, as Lightning documents for its Trainer: here
@@ -294,26 +322,46 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
     def check_before_printing(self, parser: LightningArgumentParser, args: list[str]) -> None:
         """``--print_config`` prints the config and exits while jsonargparse parses, before :meth:`prepare_config`:
         a config the checks refuse (``--throughput null``) was printed, and ``fit --config`` of that file refused.
-        So the same checks run first on the config without ``--print_config`` (a copy: what is printed is what was
-        given); a parse error is left to the parse that follows, which reports it.
+        So the ``config`` steps run first on the config without ``--print_config`` (a copy: what is printed is what
+        was given); a parse error is left to the parse that follows, which reports it. For :meth:`resolve`, the
+        checked copy is the answer (:class:`Resolved`).
 
         Raises:
             ConfigError: one line naming the key and the fix; nothing is printed.
+            Resolved: for :meth:`resolve`, with the checked config.
         """
         plain = [a for a in args if a != "--print_config" and not str(a).startswith("--print_config=")]
-        if len(plain) == len(args):
+        if len(plain) == len(args) and not self.resolve_only:
             return
         try:
             cfg = parser.parse_args(plain)
         except ArgumentError:
+            if self.resolve_only:
+                raise
             return
-        self.check_config(cfg, machine=False)
-        checks.settle_seed(cfg)
+        self.run_config_steps(cfg, stages=(CONFIG,))
+        if self.resolve_only:
+            raise Resolved(yaml.safe_load(parser.dump(cfg, skip_unset=False, skip_validation=True)))
+
+    @classmethod
+    def resolve(cls, args: list[str]) -> dict[str, Any]:
+        """The config ``python -m project.fit ARGS`` would run, as a dict: parsed, then settled by the ``config``
+        steps (the default logger, the checks, the seed) as ``--print_config`` settles it, without the steps
+        that check this machine or prepare a run. Builds nothing and writes nothing (a sweep's base experiment).
+
+        Raises:
+            ConfigError, ParseError: as ``fit`` with the same arguments.
+        """
+        try:
+            cls(args, resolve_only=True)
+        except Resolved as done:
+            return done.config
+        raise AssertionError("ProjectCLI(resolve_only=True) returned without its config")
 
     def claim_run_folder(self) -> None:
         """Claim this run's folder before the Trainer exists (global rank 0 only), and point the logger at it.
 
-        A new run gets a fresh ``version_N`` from :func:`project.runs.claim_run` (atomic: concurrent starts
+        A new run gets a fresh ``version_N`` from :func:`project.runs.claims.claim_run` (atomic: concurrent starts
         never share one); a resume in place uses its run's folder, refused if it holds a symbolic link; an
         explicit ``trainer.logger.init_args.version`` that already holds a run is refused. Other ranks read the
         folder from rank 0 (Lightning broadcasts ``trainer.log_dir``), so they claim nothing.

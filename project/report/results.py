@@ -5,10 +5,10 @@
 The rest of what a run reports lives in one module per job, re-exported here (configs and older runs'
 ``config.yaml`` name ``project.report.<Class>``):
 
-* :mod:`project.run_logger` -- the TensorBoard logger (:class:`RunTensorBoardLogger`) and the run folder it
+* :mod:`project.report.run_logger` -- the TensorBoard logger (:class:`RunTensorBoardLogger`) and the run folder it
   writes into (:func:`run_dir`, :func:`run_writer`);
-* :mod:`project.epoch_metrics` -- the per-epoch ``metrics.csv`` (:class:`EpochMetrics`);
-* :mod:`project.figures` -- the test-set images and PR curves (:func:`write_test_report`).
+* :mod:`project.report.epoch_metrics` -- the per-epoch ``metrics.csv`` (:class:`EpochMetrics`);
+* :mod:`project.report.figures` -- the test-set images and PR curves (:func:`write_test_report`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from project.callbacks.pruning import ScheduledPruning, nonzero_params
 from project.callbacks.training import CudnnFlags, Throughput
 from project.nets import count_params, macs_per_sample, weights_bytes
 from project.report.run_logger import run_dir, run_writer
+from project.runs import layout
 
 
 def callback(trainer: L.Trainer, cls: type) -> Any:
@@ -281,3 +282,26 @@ def print_summary(results: dict[str, Any]) -> None:
     ]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows), flush=True)
+
+
+def finish(trainer: L.Trainer, model: Any, metrics: dict[str, float], test_ckpt: str | None, config: Any) -> dict:
+    """The end of a fit that trained and tested: the ``results.json`` dict (:func:`build_results`); on global rank
+    0 its HPARAMS row (:func:`log_hparams`), the logger finalized, ``results.json`` written into the run folder
+    (when there is one) and the summary printed. Returns the dict on every rank."""
+    results = build_results(trainer, model, metrics, test_ckpt, config)
+    log_dir = run_dir(trainer)  # on every rank: under DDP, trainer.log_dir is a broadcast
+    if trainer.is_global_zero:
+        if log_dir is not None:
+            log_hparams(trainer, model, results)
+            trainer.logger.finalize("success")
+            layout.write_results(log_dir, results)
+        print_summary(results)
+    return results
+
+
+def already_finished(trainer: L.Trainer, results: dict[str, Any]) -> dict[str, Any]:
+    """The end of a resume with nothing left to do: the run's own ``results.json`` dict, its summary printed on
+    global rank 0."""
+    if trainer.is_global_zero:
+        print_summary(results)
+    return results

@@ -38,9 +38,9 @@ class RunTensorBoardLogger(_TensorBoardLogger):
     model graph is written once per run folder (:meth:`log_graph`), not once per stage.
 
     Named apart from Lightning's class so that the shorthand ``--trainer.logger TensorBoardLogger`` names one class
-    (jsonargparse refuses a short name two classes share); :class:`project.cli.ProjectCLI` runs a Lightning
-    ``TensorBoardLogger`` config as this class. ``project.report.TensorBoardLogger`` (older runs' ``config.yaml``)
-    is the same class.
+    (jsonargparse refuses a short name two classes share); :class:`project.cli.parser.ProjectCLI` runs a Lightning
+    ``TensorBoardLogger`` config as this class; the path ``project.report.TensorBoardLogger`` older runs'
+    ``config.yaml`` name is upgraded to this one (:data:`project.cli.checks.MOVED_CLASS_PATHS`).
 
     Differences from Lightning's TensorBoardLogger, by Lightning's own tests (``scripts/upstream_tests.sh``):
     none fail (18 pass; the parent fails ``test_tensorboard_log_graph`` on torch's ``torch.jit.trace``
@@ -102,6 +102,3 @@ def attached_trainer(model: Any) -> L.Trainer | None:
         return getattr(model, "trainer", None)
     except RuntimeError:  # Lightning: "... is not attached to a `Trainer`"
         return None
-
-
-TensorBoardLogger = RunTensorBoardLogger  # the class path older runs' config.yaml names

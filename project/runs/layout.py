@@ -5,7 +5,7 @@
     config.yaml                  the config the run started with (never rewritten)
     config-resume-<k>.yaml       the config of each resume into this folder
     events.out.tfevents.*        TensorBoard: curves, layout, images, PR curves, graph
-    hparams/events.out.tfevents.*  the run's HPARAMS session and metric columns (project.report.log_hparams)
+    hparams/events.out.tfevents.*  the run's HPARAMS session and metric columns (project.report.results.log_hparams)
     checkpoints/last.ckpt, checkpoints/epochNN-val_acc*.ckpt
     checkpoints/hpc_ckpt_<k>.ckpt  Lightning's SLURM preemption checkpoint (see project.cluster)
     slurm_job.json               the SLURM job that runs this folder, one entry per (re)start
@@ -32,9 +32,11 @@ inside a checkpoint are data: :func:`inside` decides whether one may be touched 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +186,19 @@ def undo_since(run: Path, before: dict[Path, float]) -> bool:
         if p not in before:
             p.unlink(missing_ok=True)
     return True
+
+
+@contextlib.contextmanager
+def undone_on_failure(run: Path | None, owner: bool = True) -> Iterator[None]:
+    """Whatever escapes the block (an error, Ctrl-C) first removes what the block added to ``run``
+    (:func:`undo_since`), when this process ``owner``s the folder (global rank 0) and there is one."""
+    before = snapshot(run)
+    try:
+        yield
+    except BaseException:
+        if owner and run is not None:
+            undo_since(run, before)
+        raise
 
 
 METRICS_CSV = "metrics.csv"

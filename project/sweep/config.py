@@ -4,14 +4,10 @@ it (:func:`key_path`) and a trial's config written from it (:func:`trial_config`
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import inspect
-import io
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 from project.errors import ConfigError
 
@@ -20,37 +16,28 @@ if TYPE_CHECKING:
 
 
 def resolve_base(sweep: Sweep, extra: list[str]) -> dict[str, Any]:
-    """The base experiment's full config, as ``python -m project.fit ... --print_config`` resolves it.
+    """The base experiment's full config, as ``python -m project.fit`` resolves it before it trains
+    (:meth:`project.cli.parser.ProjectCLI.resolve`: the same config steps, the default logger included).
 
     Raises:
-        ConfigError: the base config does not parse (the fit error, on one line).
+        ConfigError: the base config does not parse or is refused (fit's error, on one line).
     """
     from jsonargparse import ArgumentError
 
     from project.cli.parse_errors import explain_parse_error
-    from project.cli.parser import DEFAULT_LOGGER, ProjectCLI
+    from project.cli.parser import ProjectCLI
 
     args = [a for c in sweep.configs for a in ("--config", c)] + sweep.args + extra
-    out = io.StringIO()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            ProjectCLI([*args, "--print_config"])
-    except SystemExit as e:
-        if e.code not in (0, None):
-            raise ConfigError(f"base: the fit arguments do not parse ({' '.join(args)})") from None
+        config = ProjectCLI.resolve(args)
+    except SystemExit:  # --help and the like among the fit arguments
+        raise ConfigError(f"base: the fit arguments do not parse ({' '.join(args)})") from None
     except (ArgumentError, ValueError) as e:
         raise ConfigError(f"base: {explain_parse_error(e)}") from None
-    config = yaml.safe_load(out.getvalue())
-    if not isinstance(config, dict):
-        raise ConfigError(f"base: the fit arguments do not resolve to a config ({' '.join(args)})")
-    trainer = config.setdefault("trainer", {})
-    if trainer.get("logger") is None or trainer.get("logger") is True:  # the default logger, as fit reads them
-        trainer["logger"] = copy.deepcopy(DEFAULT_LOGGER)
-    logger = trainer["logger"] or {}
+    logger = (config.get("trainer") or {}).get("logger")
     if not isinstance(logger, dict) or "TensorBoardLogger" not in str(logger.get("class_path")):
         raise ConfigError("base: trials need the TensorBoard logger (trainer.logger); do not switch it off")
-    for key in ("ckpt_path", "print_config"):
-        config.pop(key, None)
+    config.pop("ckpt_path", None)
     return config
 
 

@@ -54,7 +54,7 @@ def collect(study: optuna.Study, keys: list[str]) -> list[dict[str, Any]]:
 
 
 def as_run(row: dict[str, Any], sweep_name: str) -> Run:
-    """A trial as summarize's :class:`~project.summarize.Run`: its swept values and seed as the config, its
+    """A trial as summarize's :class:`~project.summary.collect.Run`: its swept values and seed as the config, its
     trial number and state as the status (``trial 4: complete (retry of trial 0)``)."""
     retry = f" (retry of trial {row['retry_of']})" if row["retry_of"] is not None else ""
     return Run(

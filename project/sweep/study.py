@@ -1,7 +1,7 @@
 """``python -m project.sweep --config configs/sweeps/<name>.yaml [--storage URL] [--n_trials N] [--workers K]``.
 
 A sweep is an Optuna study whose trials are ordinary ``python -m project.fit`` runs, one process each, forked warm
-from the worker (:mod:`project.trial_server`: no second import of torch and Lightning per trial)::
+from the worker (:mod:`project.sweep.server`: no second import of torch and Lightning per trial)::
 
     python -m project.sweep --config configs/sweeps/pruning.yaml --data.source_dir /usr/share/datasets/fashion-mnist
     python -m project.sweep --config configs/sweeps/lr.yaml --workers 2
@@ -10,7 +10,7 @@ from the worker (:mod:`project.trial_server`: no second import of torch and Ligh
 
 Arguments after the sweep's own options are fit overrides added to the sweep file's base experiment.
 
-* The sweep file (:mod:`project.sweep_file`): the base experiment, the search space over dotted config keys,
+* The sweep file (:mod:`project.sweep.file`): the base experiment, the search space over dotted config keys,
   the objective from ``results.json``, seeds, folds (K-fold cross-validation), sampler, pruner.
 * Each trial trains in ``<save_dir>/<name>/version_<n>/`` (``n``: the number of the trial that first ran the
   point), a complete run folder plus ``trial.json`` (trial numbers, parameters, seed, state, value).
@@ -23,9 +23,9 @@ Arguments after the sweep's own options are fit overrides added to the sweep fil
   from its ``last.ckpt``.
 * Bad trials are stopped early by the study's pruner on ``val/acc`` each epoch (:class:`ReportToStudy`); with
   ``folds`` a fold is compared with the same fold of other points.
-* Modules: the sweep file in :mod:`project.sweep_file`, from its base to a trial's config in
-  :mod:`project.sweep_config`, the storage in :mod:`project.sweep_storage`, one trial's
-  run and outcome in :mod:`project.sweep_trial`, the report in :mod:`project.sweep_report`; this one holds the
+* Modules: the sweep file in :mod:`project.sweep.file`, from its base to a trial's config in
+  :mod:`project.sweep.config`, the storage in :mod:`project.sweep.storage`, one trial's
+  run and outcome in :mod:`project.sweep.trial`, the report in :mod:`project.sweep.report`; this one holds the
   study, the workers and the command.
 
 Exit status: 0 done, 2 bad sweep file or option (one ``error:`` line, nothing written), 1 a worker failed.
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         check_folds(sweep, base)
         ctx = Context(sweep, base, ns.storage or default_storage(folder), folder, extra)
         if not ns.report and ns.workers == 1:
-            # Before the storage is opened and Optuna's heartbeat thread starts: see project.trial_server.
+            # Before the storage is opened and Optuna's heartbeat thread starts: see project.sweep.server.
             ctx.server = trial_server.start()
         if ns.report:
             if ns.storage is None and not (folder / "study.db").is_file():

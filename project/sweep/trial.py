@@ -1,7 +1,7 @@
 """One sweep trial: a ``python -m project.fit`` run in its run folder, and how it ends.
 
 * :func:`run_trial` (the study's objective) writes the trial's config and ``trial.json``, runs fit
-  (:func:`run_fit`: warm from the worker's :mod:`project.trial_server`, else a subprocess), resumes it from
+  (:func:`run_fit`: warm from the worker's :mod:`project.sweep.server`, else a subprocess), resumes it from
   ``last.ckpt`` after a retry or a signal, and turns the run into the trial's outcome: complete (the objective from
   ``results.json``), pruned, or failed with one line (:class:`TrialFailed`).
 * :class:`ReportToStudy`, the callback every trial's fit runs with: reports each epoch to the trial and stops the
@@ -274,7 +274,7 @@ def run_fit(
     server: trial_server.TrialServer | None, args: list[str], env: dict[str, str], log: Path, started: Any
 ) -> int:
     """``python -m project.fit ARGS`` with ``env``, output appended to ``log``: in a warm child of the worker's
-    trial server (:mod:`project.trial_server`), else as a subprocess. Returns the exit status (negative: the
+    trial server (:mod:`project.sweep.server`), else as a subprocess. Returns the exit status (negative: the
     signal that killed it); ``started(pid)`` is called once fit runs.
 
     The log is opened for appending only in place (:func:`project.sweep.server.open_log`, ``O_NOFOLLOW``), here

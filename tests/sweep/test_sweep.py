@@ -111,13 +111,9 @@ def test_a_base_with_logger_null_or_true_gives_trials_the_default_logger(logger,
     base = sweep_config.resolve_base(sweep, ["--trainer.logger", logger])
     assert base["trainer"]["logger"]["class_path"] == "project.report.RunTensorBoardLogger"
     trial = sweep_config.trial_config(base, {}, 42, str(tmp_path / "logs"), "smoke", 3)
-    assert trial["trainer"]["logger"]["init_args"] | {"log_graph": True} == {
-        "save_dir": str(tmp_path / "logs"),
-        "name": "smoke",
-        "version": 3,
-        "default_hp_metric": False,
-        "log_graph": True,
-    }
+    init_args = trial["trainer"]["logger"]["init_args"]
+    set_by_project = {"save_dir": str(tmp_path / "logs"), "name": "smoke", "version": 3, "default_hp_metric": False}
+    assert {k: init_args[k] for k in set_by_project} == set_by_project and init_args["log_graph"] in (True, False)
 
 
 def test_report_of_a_sweep_not_run_yet_writes_nothing(tmp_path, monkeypatch, capsys):
