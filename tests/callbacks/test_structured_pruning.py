@@ -161,8 +161,8 @@ def test_slimmed_run_reloads_strictly_everywhere(slimmed_run, tiny_mnist, tmp_pa
         expected = int(model(MNISTDataModule().eval_transform()(Image.open(image)).unsqueeze(0)).argmax())
     assert (tmp_path / "p.csv").read_text().splitlines()[1].split(",")[1] == str(expected)
     events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
-    readme = (REPO / "README.md").read_text()
-    bullet = readme[readme.index("- TensorBoard scalars with structured pruning") :].split("\n- ")[0]
+    listed = (REPO / "docs" / "run-folder.md").read_text()
+    bullet = listed[listed.index("- TensorBoard scalars with structured pruning") :].split("\n- ")[0]
     documented = re.findall(r"`(slim/[a-z_/]+)`", bullet)
     assert len(documented) == 2 and set(documented) <= set(events.Tags()["scalars"])
     params = [e.value for e in events.Scalars("slim/params")]
@@ -382,7 +382,7 @@ def test_model_widths_trains_a_narrow_net_from_scratch(tiny_mnist, tmp_path, mon
 
 
 # Every shipped config + overlay combination the README shows (and configs/mnist.yaml + slim.yaml): no schedule
-# warning, and with configs/slim.yaml one epoch trains the slimmed net, as the README says.
+# warning, and with configs/slim.yaml one epoch trains the slimmed net, as docs/usage.md says.
 SHIPPED = [
     ("fashion_mnist.yaml", "slim.yaml", []),
     ("mnist.yaml", "slim.yaml", []),
@@ -393,7 +393,7 @@ SHIPPED = [
 ]
 
 
-README_SAYS = {
+DOCS_SAY = {  # docs/usage.md, Pruning
     "slim.yaml": "one dense epoch, one fine-tuning the slimmed net; no warning",
     "pruning.yaml": "`configs/pruning.yaml` prunes at the start of epoch 1, so it needs `max_epochs` of 2 or more",
 }
@@ -447,8 +447,8 @@ def test_shipped_overlays_run_their_schedule_without_a_warning(base, overlay, ex
         widths = [e.value for e in EventAccumulator(str(run)).Reload().Scalars("slim/width/conv1")]
         dense = 20 if base != "cifar10.yaml" else 16
         assert widths == [dense, kept(dense, 0.32)]  # epoch 0 dense, epoch 1 fine-tunes the slimmed net
-    readme = " ".join(REPO.joinpath("README.md").read_text().split())
-    assert README_SAYS[overlay] in readme
+    usage = " ".join(REPO.joinpath("docs", "usage.md").read_text().split())
+    assert DOCS_SAY[overlay] in usage
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""project.cluster.ddp and project.cli.torchrun: the DDP overlays take the README's rendezvous switches, and a node
+"""project.cluster.ddp and project.cli.torchrun: the DDP overlays take docs/cluster.md's rendezvous switches, and a node
 left alone at the rendezvous ends in bounded time with one error line, launched as SLURM's ``srun`` starts a task and
 as the Kubernetes Job's pods start torchrun."""
 
@@ -22,11 +22,11 @@ DDP_OVERLAYS = sorted(
 
 @pytest.mark.slow
 def test_readme_listen_address_switch_parses_with_every_ddp_overlay():
-    """README's ``--trainer.strategy.listen_address`` (with ``rendezvous_timeout``, same place) on every shipped
+    """docs/cluster.md's ``--trainer.strategy.listen_address`` (with ``rendezvous_timeout``, same place) on every shipped
     overlay that sets a strategy: parsed into ``BoundDDPStrategy``'s options (it was a parse error while the
     overlays named the strategy ``ddp`` by its registry string)."""
-    readme = " ".join((REPO / "README.md").read_text().split())
-    assert "--trainer.strategy.listen_address <rank 0's address>" in readme
+    docs = " ".join((REPO / "docs" / "cluster.md").read_text().split())
+    assert "--trainer.strategy.listen_address <rank 0's address>" in docs
     assert [p.name for p in DDP_OVERLAYS] == ["ddp.yaml", "ddp_cpu.yaml"]
     for overlay in DDP_OVERLAYS:
         proc = subprocess.run(

@@ -58,7 +58,7 @@ def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
     assert run.parent.name == "fashion_mnist"
     r = results(run)
     assert RESULT_KEYS <= set(r)
-    assert set(r) == set(readme_result_keys())  # the README lists every key, and only keys that are there
+    assert set(r) == set(readme_result_keys())  # docs/run-folder.md lists every key, and only keys that are there
     assert r["test_acc"] > 0.6  # chance is 0.1
     assert r["test_samples"] == 10_000 and sum(map(sum, r["confusion_matrix"])) == 10_000
     assert (r["epochs"], r["global_step"]) == (2, 120)
@@ -97,10 +97,10 @@ def test_fit_on_real_fashion_mnist(fashion_data, tmp_path):
 
 
 def readme_result_keys() -> list[str]:
-    """The keys the README's ``results.json`` bullet names."""
+    """The keys docs/run-folder.md's ``results.json`` bullet names."""
     import re
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "run-folder.md").read_text()
     bullet = text[text.index("- `results.json`:") :]
     return re.findall(r"`([a-z_0-9]+)`", bullet[: bullet.index("\n- ")])
 

@@ -78,15 +78,16 @@ def test_int_limits_are_batches_not_fractions(tiny_mnist, tmp_path, monkeypatch)
     assert results(run_dirs(tmp_path / "frac")[0])["global_step"] == 5
 
 
-# -- what the README says is logged is logged -------------------------------------------------------------------
+# -- what docs/run-folder.md says is logged is logged--------------------------------------------------------------
 def readme_tags() -> list[str]:
-    text = (REPO / "README.md").read_text()
+    """The tags docs/run-folder.md's first TensorBoard bullet names."""
+    text = (REPO / "docs" / "run-folder.md").read_text()
     bullet = text[text.index("- TensorBoard scalars:") :]
     bullet = bullet[: bullet.index("\n- ")]
     return re.findall(r"`([a-z_]+(?:/[a-z_]+)+|lr-<Optimizer>)`", bullet)
 
 
-NOT_ON_ONE_CPU = {"train/device/mfu", "train/samples_per_sec"}  # the README says: GPUs only / more than one device
+NOT_ON_ONE_CPU = {"train/device/mfu", "train/samples_per_sec"}  # docs/run-folder.md says: GPUs only / more than one device
 
 
 def test_readme_tags_are_in_the_event_files_and_lr_is_logged_every_step(tiny_mnist, tmp_path, monkeypatch):

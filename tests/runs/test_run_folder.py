@@ -335,9 +335,9 @@ def test_checkpoint_dirpath_file_url_lands_on_the_local_filesystem(scheme, tiny_
     assert r["last_ckpt"] == str(last) and r["checkpoint_bytes"] == last.stat().st_size
 
 
-def test_readme_security_section_names_the_guarantees():
-    text = (REPO / "README.md").read_text()
-    security = text[text.index("## Security") :]
+def test_security_summary_names_the_guarantees():
+    text = (REPO / "docs" / "security.md").read_text()
+    security = text[text.index("## In short") :]
     for claim in ("exclusive", "symbolic link", "weights_only=True", "md5"):
         assert claim in security, claim
 
