@@ -18,7 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from project.cli.commands import Command, RunJob, main_of
 from project.cli.entry import exit_with
-from project.runs import files
+from project.runs import files, layout
 
 
 def add_arguments(parser: LightningArgumentParser) -> None:
@@ -52,7 +52,7 @@ def evaluate(job: RunJob) -> dict[str, Any]:
         "precision": cli.trainer.precision,
     }
     if cli.trainer.is_global_zero:
-        path = files.write_json(job.run / f"eval-{job.ckpt_name}-{split}.json", out)
+        path = files.write_json(job.run / layout.EVAL.format(ckpt=job.ckpt_name, split=split), out)
         print(f"{split} acc {out['acc']:.4f}  loss {out['loss']:.4f}  ({out['samples']} samples) -> {path}")
     return out
 

@@ -43,7 +43,7 @@ from project.cli.commands import Command, RunJob, main_of
 from project.cli.entry import exit_with
 from project.cli.parser import ProjectCLI
 from project.errors import ConfigError, UnreadableFile, UserError
-from project.runs import files, read
+from project.runs import files, layout, read
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts.pt", "pt2": ".pt2"}
 LATENCY_BATCHES = (1, 256)
@@ -144,14 +144,57 @@ def export(job: RunJob) -> dict[str, Any]:
         ConfigError: ``--out`` is a folder.
         UserError: the export failed or its outputs differ from eager PyTorch by more than ``--atol``.
     """
-    options = job.options
-    fmt, atol, repeats = options.format, options.atol, options.repeats
-    out = Path(options.out) if options.out else job.run / f"model-{job.ckpt_name}{FORMATS[fmt]}"
+    fmt = job.options.format
+    out = _out_file(job)
+    model = job.cli.model.cpu().eval()
+    x = test_batch(job.cli)
+    run_exported, eager_out, exported_out, diff = _export_checked(model, fmt, x, out, job.options.atol)
+    record = _record(job, out, x, eager_out, exported_out, diff)
+    record["latency_ms"] = _latencies(model, run_exported, x, job.options.repeats)
+    path = _add_to_export_json(job.run, fmt, record)
+    lat = record["latency_ms"]
+    print(
+        f"{fmt}: {out} ({record['bytes'] / 2**20:.2f} MiB, {record['gzip_bytes'] / 2**20:.2f} MiB gzip), "
+        f"max |diff| {diff:.2e}; ms per batch of 1: {lat['batch_1']['exported']:.3f} vs eager "
+        f"{lat['batch_1']['eager']:.3f}, of 256: {lat['batch_256']['exported']:.2f} vs {lat['batch_256']['eager']:.2f}"
+        f" -> {path}"
+    )
+    return record
+
+
+def _out_file(job: RunJob) -> Path:
+    """The file to write: ``--out``, else ``<run>/model-<ckpt>.<suffix>``; its folder checked writable before
+    anything is exported.
+
+    Raises:
+        ConfigError: ``--out`` is a folder, or its folder cannot be created or written.
+    """
+    fmt = job.options.format
+    out = (
+        Path(job.options.out)
+        if job.options.out
+        else job.run / layout.EXPORTED_MODEL.format(ckpt=job.ckpt_name, suffix=FORMATS[fmt])
+    )
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file name")
     files.check_folder(out.parent, "--out", keep=True)  # writable, before anything is exported
-    model = job.cli.model.cpu().eval()
-    x = test_batch(job.cli)
+    return out
+
+
+def _export_checked(
+    model: L.LightningModule, fmt: str, x: torch.Tensor, out: Path, atol: float
+) -> tuple[Callable, torch.Tensor, torch.Tensor, float]:
+    """Export ``model`` in ``fmt`` to a temporary file beside ``out``, compare its outputs on ``x`` (float32
+    (N, C, H, W)) with eager PyTorch's and move it to ``out`` only when they agree within ``atol``.
+
+    Returns:
+        ``(run_exported, eager_out, exported_out, diff)``: a callable running the written file, both outputs
+        (float32 (N, num_classes) logits) and their max absolute difference.
+
+    Raises:
+        UserError: ``out``'s folder cannot be written, the export failed, or the outputs differ by more than
+            ``atol`` (nothing is written).
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     # a name reserved exclusively (never a planted link); the exporter then writes our own empty file
     try:
@@ -175,8 +218,17 @@ def export(job: RunJob) -> dict[str, Any]:
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+    return run_exported, eager_out, exported_out, diff
+
+
+def _record(
+    job: RunJob, out: Path, x: torch.Tensor, eager_out: torch.Tensor, exported_out: torch.Tensor, diff: float
+) -> dict[str, Any]:
+    """This format's ``export.json`` record without its latencies (``latency_ms`` empty): the file, the
+    checkpoint, the file's size in bytes raw and gzip-compressed, how far its outputs are from eager PyTorch's
+    (max absolute difference; the fraction of the ``x`` images whose top class agrees) and the torch threads."""
     raw = out.read_bytes()
-    record: dict[str, Any] = {
+    return {
         "file": str(out.resolve()),
         "ckpt": str(job.ckpt.resolve()),
         "bytes": len(raw),
@@ -187,28 +239,36 @@ def export(job: RunJob) -> dict[str, Any]:
         "latency_ms": {},
         "threads": torch.get_num_threads(),
     }
+
+
+def _latencies(
+    model: L.LightningModule, run_exported: Callable, x: torch.Tensor, repeats: int
+) -> dict[str, dict[str, float]]:
+    """Median latency in milliseconds (:func:`median_ms` over ``repeats`` calls) of the exported file and of eager
+    PyTorch, per batch size of :data:`LATENCY_BATCHES` (``x``'s images repeated when it has fewer):
+    ``{"batch_<n>": {"exported": ms, "eager": ms}}``."""
+    latency = {}
     for n in LATENCY_BATCHES:
         xb = x[:n] if len(x) >= n else x[torch.arange(n) % len(x)]
-        record["latency_ms"][f"batch_{n}"] = {
+        latency[f"batch_{n}"] = {
             "exported": round(median_ms(run_exported, xb, repeats), 4),
             "eager": round(median_ms(model, xb, repeats), 4),
         }
-    path = job.run / "export.json"
+    return latency
+
+
+def _add_to_export_json(run: Path, fmt: str, record: dict[str, Any]) -> Path:
+    """Set ``fmt``'s record in the run's ``export.json`` (the other formats' records kept; an unreadable file is
+    started afresh), written atomically; returns its path."""
+    path = run / layout.EXPORT
     try:
-        existing = read.read_json(path, what="export.json") if path.is_file() else {}
+        existing = read.read_json(path, what=layout.EXPORT) if path.is_file() else {}
     except UnreadableFile:
         existing = {}
     existing = existing if isinstance(existing, dict) else {}
     existing[fmt] = record
     files.write_json(path, existing)
-    lat = record["latency_ms"]
-    print(
-        f"{fmt}: {out} ({record['bytes'] / 2**20:.2f} MiB, {record['gzip_bytes'] / 2**20:.2f} MiB gzip), "
-        f"max |diff| {diff:.2e}; ms per batch of 1: {lat['batch_1']['exported']:.3f} vs eager "
-        f"{lat['batch_1']['eager']:.3f}, of 256: {lat['batch_256']['exported']:.2f} vs {lat['batch_256']['eager']:.2f}"
-        f" -> {path}"
-    )
-    return record
+    return path
 
 
 COMMAND = Command(

@@ -25,10 +25,13 @@ E2E = Path(__file__).parent / "e2e"
 
 def pytest_collection_modifyitems(items):
     """Every test under ``tests/e2e/`` (real data, whole processes, DDP, kill tests, the image) is ``slow``: the
-    inner loop ``pytest -m "not slow"`` leaves them to the full suite, which CI runs."""
+    inner loop ``pytest -m "not slow"`` leaves them to the full suite, which CI runs. Slow tests run first (a stable
+    sort), so that with pytest-xdist the last minutes are short tests that balance across the workers instead of
+    one long test that keeps the others waiting."""
     for item in items:
         if E2E in Path(item.path).parents:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

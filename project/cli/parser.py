@@ -104,7 +104,7 @@ class RunConfig(SaveConfigCallback):
         name = self.config_filename
         if layout.holds_run(log_dir):
             resumes = layout.resume_configs(log_dir)
-            name = f"config-resume-{resumes[-1][0] + 1 if resumes else 1}.yaml"
+            name = layout.CONFIG_RESUME.format(resumes[-1][0] + 1 if resumes else 1)
         config = self.config.clone()
         if config.get("trust_checkpoint"):  # a one-time decision about one file, not a setting to pass on
             config.trust_checkpoint = False
@@ -381,7 +381,7 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         if cfg.ckpt_path is not None and args.version is not None:
             run = experiment / (f"version_{args.version}" if isinstance(args.version, int) else str(args.version))
             if run.is_dir() and layout.holds_run(run):
-                files.check_no_links(run)
+                layout.check_no_links(run)
                 return
         run = claims.claim_run(experiment, args.version, self.claimed)
         args.version = layout.version_of(run) if isinstance(args.version, int) or args.version is None else run.name

@@ -37,7 +37,6 @@ from project.errors import UnreadableFile
 from project.runs import files, layout, read, resume
 
 log = logging.getLogger("project")
-JOB_FILE = "slurm_job.json"
 JOB_ID_VAR = "PROJECT_JOB_ID"
 
 
@@ -56,7 +55,7 @@ def slurm_job() -> str | None:
 def job_of(run: Path) -> str | None:
     """The SLURM job id recorded in a run folder, or None (not written by a SLURM job, or unreadable)."""
     try:
-        data = read.read_json(run / JOB_FILE, what="a run's SLURM record")
+        data = read.read_json(run / layout.SLURM_JOB, what="a run's SLURM record")
     except UnreadableFile:
         return None
     return str(data.get("job")) if isinstance(data, dict) and data.get("job") is not None else None
@@ -65,14 +64,15 @@ def job_of(run: Path) -> str | None:
 def next_preemption_checkpoint(folder: Path) -> Path:
     """``hpc_ckpt_<k>.ckpt`` in ``folder`` with ``k`` one above the highest there (1 in an empty folder), the name
     Lightning's SIGUSR1 handler gives its checkpoint, so that both kinds sort and resume alike."""
-    numbers = [int(n) for p in folder.glob("hpc_ckpt_*.ckpt") if (n := p.stem.removeprefix("hpc_ckpt_")).isdigit()]
-    return folder / f"hpc_ckpt_{max(numbers, default=0) + 1}.ckpt"
+    prefix = layout.HPC_CKPT_PREFIX
+    numbers = [int(n) for p in folder.glob(f"{prefix}*.ckpt") if (n := p.stem.removeprefix(prefix)).isdigit()]
+    return folder / f"{prefix}{max(numbers, default=0) + 1}.ckpt"
 
 
 def newest_checkpoint(run: Path) -> Path | None:
     """The run's newest resumable checkpoint: a preemption ``hpc_ckpt_<k>.ckpt`` or ``last.ckpt`` (by mtime)."""
-    folder = run / "checkpoints"
-    found = [p for p in [*folder.glob("hpc_ckpt_*.ckpt"), folder / "last.ckpt"] if p.is_file()]
+    folder = run / layout.CHECKPOINTS
+    found = [p for p in [*folder.glob(f"{layout.HPC_CKPT_PREFIX}*.ckpt"), folder / layout.LAST_CKPT] if p.is_file()]
     return max(found, key=os.path.getmtime) if found else None
 
 
@@ -121,7 +121,7 @@ class SlurmRequeue(Callback):
         log_dir = trainer.log_dir  # a collective under DDP (a broadcast): read once, on every rank
         if log_dir is None:
             return
-        folder = Path(log_dir) / "checkpoints"
+        folder = Path(log_dir) / layout.CHECKPOINTS
         adapters.set_default_root_dir(trainer, str(folder))  # read by Lightning's SIGUSR1 handler
         if trainer.is_global_zero:
             folder.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ class SlurmRequeue(Callback):
         if not isinstance(exception, SIGTERMException) or job is None or trainer.state.fn != TrainerFn.FITTING:
             return
         folder = Path(trainer.default_root_dir)  # the run's checkpoints/ (setup); the same test on every rank
-        if folder.name != "checkpoints":
+        if folder.name != layout.CHECKPOINTS:
             return  # stopped before setup pointed it at the run
         path = next_preemption_checkpoint(folder)
         trainer.save_checkpoint(path)
@@ -145,7 +145,7 @@ def record_start(run: Path) -> None:
     job = slurm_job()
     if job is None:
         return
-    path = run / JOB_FILE
+    path = run / layout.SLURM_JOB
     try:
         data = read.read_json(path, what="a run's SLURM record") if path.is_file() else {}
     except UnreadableFile:

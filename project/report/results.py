@@ -53,14 +53,23 @@ def build_results(
     """
     ckpt_cb = trainer.checkpoint_callback
     pruning = callback(trainer, ScheduledPruning)
-    hp = model.hparams
-    params = count_params(model.net)
-    macs = macs_per_sample(hp.net, hp.num_classes, model.net.widths())
     last = ckpt_cb.last_model_path if ckpt_cb else ""
     throughput = callback(trainer, Throughput)
     best = ckpt_cb.best_model_path if ckpt_cb is not None else ""
-    flags = throughput.flags if throughput is not None and throughput.flags else CudnnFlags.in_effect()
-    data = trainer.datamodule
+    return (
+        _scores(trainer, test_metrics, throughput)
+        | _net_size(model, last)
+        | _settings(trainer, model, config, throughput)
+        | _test_and_paths(trainer, model, config, test_ckpt, best, last)
+        | (pruning.results() if pruning is not None else {})
+    )
+
+
+def _scores(trainer: L.Trainer, test_metrics: dict[str, float], throughput: Any) -> dict[str, Any]:
+    """``results.json``'s scores and training progress: test accuracy and loss, best validation accuracy
+    (fractions 0-1), epochs and steps, ``train_samples_per_s`` (median over epochs) and ``epoch_time_s`` (seconds
+    per epoch) from the run's :class:`Throughput` callback."""
+    ckpt_cb = trainer.checkpoint_callback
     return {
         "test_acc": test_metrics.get("test/acc"),
         "test_loss": test_metrics.get("test/loss"),
@@ -69,6 +78,17 @@ def build_results(
         "global_step": trainer.global_step,
         "train_samples_per_s": statistics.median(throughput.samples_per_s) if throughput.samples_per_s else None,
         "epoch_time_s": throughput.epoch_time_s,
+    }
+
+
+def _net_size(model: Any, last: str) -> dict[str, Any]:
+    """``results.json``'s size of the final net: parameters and multiply-accumulates per sample (the same
+    ``*_before`` until a pruning callback fills them in), nonzero parameters, widths, ``weights_bytes`` and
+    ``checkpoint_bytes`` (the size of ``last``, ``None`` for a remote or missing file), and sparsity 0."""
+    hp = model.hparams
+    params = count_params(model.net)
+    macs = macs_per_sample(hp.net, hp.num_classes, model.net.widths())
+    return {
         "params": params,
         "params_before": params,
         "nonzero_params": nonzero_params(model.net),
@@ -80,6 +100,16 @@ def build_results(
         "structured_pruning": None,
         "sparsity": 0.0,
         "sparsity_per_layer": {},
+    }
+
+
+def _settings(trainer: L.Trainer, model: Any, config: Any, throughput: Any) -> dict[str, Any]:
+    """``results.json``'s settings in effect: precision (effective, requested, automatic), the cudnn flags (the
+    :class:`Throughput` callback's, else :meth:`CudnnFlags.in_effect`), ``channels_last``, ``compile``,
+    ``in_memory``, the fold (:func:`fold_of`) and whether every optimizer is fused."""
+    flags = throughput.flags if throughput is not None and throughput.flags else CudnnFlags.in_effect()
+    data = trainer.datamodule
+    return {
         "precision": trainer.precision,
         "requested_precision": str(config.trainer.precision),
         "auto_precision": bool(config.get("auto_precision")),
@@ -89,6 +119,16 @@ def build_results(
         "in_memory": bool(getattr(data, "hparams", {}).get("in_memory", False)),
         **fold_of(data),
         "fused_optimizer": all(bool(o.defaults.get("fused")) for o in trainer.optimizers) and bool(trainer.optimizers),
+    }
+
+
+def _test_and_paths(
+    trainer: L.Trainer, model: Any, config: Any, test_ckpt: str | None, best: str, last: str
+) -> dict[str, Any]:
+    """``results.json``'s test set (samples, confusion matrix), the run's paths (best and last checkpoint, the
+    weights tested, the run folder; absolute), and where and with what it ran (world size, accelerator, seed,
+    torch and Lightning versions)."""
+    return {
         "test_samples": int(model.test_confusion.sum()),
         "confusion_matrix": model.test_confusion.tolist(),
         "best_ckpt": _abs(best),
@@ -99,7 +139,7 @@ def build_results(
         "accelerator": type(trainer.accelerator).__name__,
         "seed": config.seed_everything,
         "versions": {"torch": torch.__version__, "lightning": L.__version__},
-    } | (pruning.results() if pruning is not None else {})
+    }
 
 
 def fold_of(data: Any) -> dict[str, int | None]:
@@ -139,7 +179,7 @@ HP_METRICS = {
     "checkpoint_bytes": "test/checkpoint_bytes",
 }
 # The sub-folder of a run folder that holds its HPARAMS session (TensorBoard shows it as the run `<run>/hparams`).
-HPARAMS_RUN = "hparams"
+HPARAMS_RUN = layout.HPARAMS
 
 
 class TensorBoardLayout(Callback):
@@ -226,7 +266,7 @@ def log_hparams(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> None
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         folder.unlink()  # the link itself: nothing is written through it
     folder.mkdir(exist_ok=True)
-    for old in folder.glob("events.out.tfevents.*"):  # a resumed run's earlier session
+    for old in folder.glob(layout.EVENTS_GLOB):  # a resumed run's earlier session
         old.unlink()
     params = hparams_of(trainer, model, results) | callback_hparams(trainer, folder.parent)
     start = plugin_data_pb2.SessionStartInfo()
@@ -278,7 +318,7 @@ def print_summary(results: dict[str, Any]) -> None:
         ("MACs per sample", _before_after(results, "macs_per_sample")),
         ("sparsity", f"{results['sparsity']:.4f}"),
         ("precision", results["precision"]),
-        ("results", f"{results['log_dir']}/results.json" if results["log_dir"] else "not written (no run folder)"),
+        ("results", f"{results['log_dir']}/{layout.RESULTS}" if results["log_dir"] else "not written (no run folder)"),
     ]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows), flush=True)

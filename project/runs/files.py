@@ -4,7 +4,6 @@
   created exclusively (``O_EXCL``) in the same folder, fsync, atomic rename; a reader sees the old or the new
   file, never a half-written one, and a link planted at the name is replaced, never followed.
 * :func:`check_folder`: a folder the user named can be created and written, one ``error:`` line otherwise.
-* :func:`check_no_links`: a run folder holding a symbolic link is refused for writing.
 * :func:`inside`: whether a path read from a file (a checkpoint's state) names a regular file directly in a folder.
 """
 
@@ -56,27 +55,6 @@ def check_folder(path: str | Path, key: str, write: bool = True, keep: bool = Fa
             with contextlib.suppress(OSError):
                 path.rmdir()  # only when empty: never a folder another process has started using
             path = path.parent
-
-
-def check_no_links(run: Path) -> None:
-    """Refuse a run folder to write into when it (or its ``checkpoints/``) holds a symbolic link.
-
-    Lightning's logger and checkpoint callback open some files by name (``hparams.yaml``, event files,
-    checkpoints through fsspec): a planted link would lead those writes outside the run.
-
-    Raises:
-        ConfigError: naming the link.
-    """
-    for folder in (run, run / "checkpoints"):
-        if folder.is_symlink():
-            raise ConfigError(f"{folder} is a symbolic link; a run folder is written only in place: replace it")
-        if not folder.is_dir():
-            continue
-        for entry in folder.iterdir():
-            if entry.is_symlink():
-                raise ConfigError(
-                    f"{entry} is a symbolic link; files of a run folder are never written through links: remove it"
-                )
 
 
 def inside(folder: str | Path | None, path: Any) -> bool:

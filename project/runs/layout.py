@@ -11,6 +11,12 @@
     slurm_job.json               the SLURM job that runs this folder, one entry per (re)start
     results.json                 written once the run has finished (atomically)
     metrics.csv                  one row per finished epoch (project.report.EpochMetrics), rewritten atomically
+    eval-<ckpt>-<split>.json     what ``python -m project.evaluate`` measured
+    model-<ckpt>.<format>, export.json  ``python -m project.export``'s files and what it measured of them
+    trial.json, sweep-trial.yaml, sweep-fit.log, pruned.json  a sweep trial's record, config, log and pruning
+
+The names are the constants below (:data:`CONFIG`, :data:`CHECKPOINTS`, ...), the one place code spells them; the
+best checkpoints' names follow the ``checkpoint.filename`` setting.
 
 A new run's folder is **claimed** by :func:`claim_run` with an exclusive ``mkdir`` before the Trainer is built
 (rank 0 only); Lightning's logger and checkpoint callback then write into that folder. Any number of processes,
@@ -44,7 +50,25 @@ from project.errors import ConfigError, UnreadableFile
 from project.runs import read
 from project.runs.files import inside, write_json
 
+# The names of a run folder's entries (the module docstring says what each holds). A name with ``{}`` fields is
+# a pattern: ``CONFIG_RESUME.format(k)``, ``EVAL.format(ckpt=..., split=...)``.
+CONFIG = "config.yaml"
+CONFIG_RESUME = "config-resume-{}.yaml"
+CHECKPOINTS = "checkpoints"
+LAST_CKPT = "last.ckpt"
+HPC_CKPT_PREFIX = "hpc_ckpt_"  # hpc_ckpt_<k>.ckpt, Lightning's name for its SLURM preemption checkpoints
 RESULTS = "results.json"
+METRICS_CSV = "metrics.csv"
+HPARAMS = "hparams"
+EVENTS_GLOB = "events.out.tfevents.*"
+SLURM_JOB = "slurm_job.json"
+EVAL = "eval-{ckpt}-{split}.json"
+EXPORTED_MODEL = "model-{ckpt}{suffix}"
+EXPORT = "export.json"
+TRIAL = "trial.json"
+TRIAL_CONFIG = "sweep-trial.yaml"
+FIT_LOG = "sweep-fit.log"
+PRUNED = "pruned.json"
 # The config keys of the run callbacks (project.cli.parser.RUN_CALLBACKS) in a run's config.yaml: how a run is
 # watched (speed, learning rate, layout, metrics.csv, SLURM requeue), not what it computes.
 RUN_CALLBACK_KEYS = ("throughput", "lr_monitor", "tensorboard_layout", "metrics_csv", "slurm_requeue")
@@ -70,7 +94,7 @@ def run_of_checkpoint(ckpt: Path) -> Path | None:
     """The run folder a checkpoint lies in (``<run>/checkpoints/<file>.ckpt``), or ``None``."""
     ckpt = ckpt.resolve()
     run = ckpt.parent.parent
-    if ckpt.parent.name == "checkpoints" and version_of(run) is not None:
+    if ckpt.parent.name == CHECKPOINTS and version_of(run) is not None:
         return run
     return None
 
@@ -85,9 +109,9 @@ def checkpoint_of(run: Path, which: str = "last") -> Path:
     Raises:
         ConfigError: the run holds no such checkpoint.
     """
-    folder = run / "checkpoints"
+    folder = run / CHECKPOINTS
     if which == "last":
-        path = folder / "last.ckpt"
+        path = folder / LAST_CKPT
         if path.is_file():
             return path
     else:
@@ -96,7 +120,7 @@ def checkpoint_of(run: Path, which: str = "last") -> Path:
         if named is not None and inside(folder, named) and named.is_file():
             return named
         candidates = sorted(
-            (p for p in folder.glob("*.ckpt") if p.name != "last.ckpt" and not p.name.startswith("hpc_ckpt_")),
+            (p for p in folder.glob("*.ckpt") if p.name != LAST_CKPT and not p.name.startswith(HPC_CKPT_PREFIX)),
             key=os.path.getmtime,
         )
         if candidates:
@@ -104,25 +128,44 @@ def checkpoint_of(run: Path, which: str = "last") -> Path:
     raise ConfigError(f"{run} holds no {which} checkpoint (looked in {folder})")
 
 
-CONFIG = "config.yaml"
-
-
 def holds_run(run: Path) -> bool:
     """Whether ``run`` already holds a run (its ``config.yaml``, written when training starts)."""
     return (run / CONFIG).exists() or (run / CONFIG).is_symlink()
 
 
+def check_no_links(run: Path) -> None:
+    """Refuse a run folder to write into when it (or its ``checkpoints/``) holds a symbolic link.
+
+    Lightning's logger and checkpoint callback open some files by name (``hparams.yaml``, event files,
+    checkpoints through fsspec): a planted link would lead those writes outside the run.
+
+    Raises:
+        ConfigError: naming the link.
+    """
+    for folder in (run, run / CHECKPOINTS):
+        if folder.is_symlink():
+            raise ConfigError(f"{folder} is a symbolic link; a run folder is written only in place: replace it")
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry.is_symlink():
+                raise ConfigError(
+                    f"{entry} is a symbolic link; files of a run folder are never written through links: remove it"
+                )
+
+
 def resume_configs(run: Path) -> list[tuple[int, Path]]:
     """The run's ``config-resume-<k>.yaml`` files as ``(k, path)``, oldest first; other names (a user's backup such
     as ``config-resume-old.yaml``) are not configs of the run."""
-    numbered = (re.fullmatch(r"config-resume-(\d+)\.yaml", p.name) for p in run.glob("config-resume-*.yaml"))
+    pattern = re.escape(CONFIG_RESUME).replace(re.escape("{}"), r"(\d+)")
+    numbered = (re.fullmatch(pattern, p.name) for p in run.glob(CONFIG_RESUME.format("*")))
     return sorted((int(m.group(1)), run / m.group(0)) for m in numbered if m)
 
 
 def latest_config(run: Path) -> Path:
     """The config the run last ran with: its newest ``config-resume-<k>.yaml``, else ``config.yaml``."""
     resumes = resume_configs(run)
-    return resumes[-1][1] if resumes else run / "config.yaml"
+    return resumes[-1][1] if resumes else run / CONFIG
 
 
 def read_latest_config(run: Path) -> Any:
@@ -147,7 +190,7 @@ def read_results(run: Path) -> dict[str, Any]:
     path = run / RESULTS
     if not os.path.lexists(path):
         raise ConfigError(f"{path} is missing or unreadable (FileNotFoundError); has the run finished?")
-    data = read.read_json(path, what="results.json")
+    data = read.read_json(path, what=RESULTS)
     if not isinstance(data, dict):
         raise read.unreadable(path, "is not a results object (a JSON object)")
     return data
@@ -201,9 +244,6 @@ def undone_on_failure(run: Path | None, owner: bool = True) -> Iterator[None]:
         raise
 
 
-METRICS_CSV = "metrics.csv"
-
-
 def read_epoch_metrics(run: Path | None, strict: bool = False) -> list[dict[str, float]]:
     """The rows of a run's ``metrics.csv`` (see :class:`project.report.EpochMetrics`): ``{"epoch": int, "step":
     int, metric: float}``, empty cells left out; ``[]`` when the run has none. Read as data
@@ -218,7 +258,7 @@ def read_epoch_metrics(run: Path | None, strict: bool = False) -> list[dict[str,
         return []
     path = run / METRICS_CSV
     try:
-        raw_rows = read.read_csv_rows(path, what="metrics.csv")
+        raw_rows = read.read_csv_rows(path, what=METRICS_CSV)
     except UnreadableFile:
         if strict and os.path.lexists(path):
             raise

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from project.errors import ConfigError, UnreadableFile
-from project.runs.layout import checkpoint_of, read_latest_config, run_of_checkpoint, runs_of, version_of
+from project.runs.layout import (
+    CHECKPOINTS,
+    checkpoint_of,
+    read_latest_config,
+    run_of_checkpoint,
+    runs_of,
+    version_of,
+)
 
 
 def _logger_dir(logger: Any) -> Path | None:
@@ -62,7 +69,7 @@ def resolve_ckpt_path(spec: str, logger: Any, config: Any = None) -> Path:
         experiment = _logger_dir(logger)
         if experiment is None:
             raise ConfigError(f"ckpt_path: {spec!r} needs a TensorBoardLogger to find the experiment's runs")
-        found = [r for r in runs_of(experiment) if (r / "checkpoints").is_dir()]
+        found = [r for r in runs_of(experiment) if (r / CHECKPOINTS).is_dir()]
         if not found:
             raise ConfigError(f"ckpt_path: {spec!r}: no run with checkpoints under {experiment}; train one first")
         if config is not None:

@@ -128,8 +128,8 @@ def read_run(path: Path) -> Run:
     except UnreadableFile:
         raise
     except ConfigError:
-        resumable = (path / "checkpoints" / "last.ckpt").is_file()
-        results, status = None, "unfinished" + (" (resumable: last.ckpt)" if resumable else "")
+        resumable = (path / layout.CHECKPOINTS / layout.LAST_CKPT).is_file()
+        results, status = None, "unfinished" + (f" (resumable: {layout.LAST_CKPT})" if resumable else "")
     config = layout.read_latest_config(path)
     config = flatten(config) if isinstance(config, dict) else {}
     return Run(path, path.parent.name, results, config, status)

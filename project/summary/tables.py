@@ -42,6 +42,17 @@ def summarize(
         raise ConfigError(f"no run folders (<experiment>/version_N) under {', '.join(map(str, roots))}")
     finished = [r for r in all_runs if r.results is not None] if grouped is None else grouped
     groups = group_runs(finished, by)
+    lines, run_rows = _runs_table(all_runs, metrics, groups)
+    group_lines, group_stats = _groups_table(groups, metrics, by)
+    return "\n".join(lines + group_lines) + "\n", {"groups": group_stats, "runs": run_rows}
+
+
+def _runs_table(
+    all_runs: list[Run], metrics: list[str], groups: dict[str, list[Run]]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The runs table: its Markdown lines (header, one row per run: name, group, status, seed, the fold when any
+    run has folds, ``metrics``) and the same rows as dicts (``run``, ``group``, ``status``, ``seed``, [``fold``],
+    one key per metric; an unfinished run's metrics ``None``)."""
     group_of = {r.path: label for label, members in groups.items() for r in members}
     with_folds = any(fold_of(r) is not None for r in all_runs)
     fold_head = ("fold | ", "---:|") if with_folds else ("", "")
@@ -71,7 +82,15 @@ def summarize(
                 **dict(zip(metrics, cells)),
             }
         )
-    lines += [
+    return lines, run_rows
+
+
+def _groups_table(
+    groups: dict[str, list[Run]], metrics: list[str], by: list[str] | None
+) -> tuple[list[str], dict[str, Any]]:
+    """The groups table: its Markdown lines (a blank line, header, one row per group: label, n, mean ± std of each
+    metric) and each group's stats (:func:`~project.summary.collect.stats_of`, ``short_label``, per-fold values)."""
+    lines = [
         "",
         "| group | n | " + " | ".join(f"{m} (mean ± std)" for m in metrics) + " |",
         "|---|---:|" + "---:|" * len(metrics),
@@ -84,7 +103,7 @@ def summarize(
     for label, st in group_stats.items():
         means = ["-" if st[m]["mean"] is None else f"{fmt(st[m]['mean'])} ± {fmt(st[m]['std'])}" for m in metrics]
         lines.append(f"| {label} | {st['runs']} | " + " | ".join(means) + " |")
-    return "\n".join(lines) + "\n", {"groups": group_stats, "runs": run_rows}
+    return lines, group_stats
 
 
 def _folds(members: list[Run], metrics: list[str]) -> dict[str, Any]:

@@ -78,6 +78,33 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
     stats: dict[str, Any] = {"groups": {}, "runs": []}
     if trials:
         table, stats = tables.summarize([folder], metrics, keys, found=trials, grouped=complete)
+    points = _points(complete, keys, stats, metric)
+    lines = [f"Sweep `{sweep.name}`: {metric} ({sweep.direction}), {len(rows)} trials", "", table.rstrip("\n")]
+    best = _best_point(points, sweep.direction)
+    lines += _best_and_folds_lines(best, points, metric)
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = _plots(stats, complete, keys, folder, metric)
+    out = {
+        "sweep": sweep.name,
+        "metric": metric,
+        "direction": sweep.direction,
+        "trials": rows,
+        "points": points,
+        "best": best,
+        "plots": [p.name for p in figures],
+    }
+    text = "\n".join(lines) + "\n"
+    files.write_text(folder / "report.md", text)
+    files.write_json(folder / "report.json", out)
+    if echo:
+        print(text, end="")
+    return out
+
+
+def _points(complete: list[Run], keys: list[str], stats: dict[str, Any], metric: str) -> list[dict[str, Any]]:
+    """The swept points: the completed trials grouped by the swept ``keys``, each with its values, ``n``, mean and
+    sample std of ``metric`` over seeds (``stats``' groups), mean sparsity, seeds and, in a K-fold sweep, each
+    fold's value; sorted by the swept values."""
     points = []
     for label, members in group_runs(complete, keys).items():
         st = stats["groups"][label]
@@ -94,11 +121,23 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
             | ({"folds": {k: v[metric] for k, v in folds.items()}} if folds else {})
         )
     points.sort(key=lambda p: tuple(str(v) if not isinstance(v, int | float) else v for v in p["params"].values()))
-    lines = [f"Sweep `{sweep.name}`: {metric} ({sweep.direction}), {len(rows)} trials", "", table.rstrip("\n")]
+    return points
+
+
+def _best_point(points: list[dict[str, Any]], direction: str) -> dict[str, Any] | None:
+    """The point with the best mean (highest when ``direction`` is ``maximize``, else lowest); ``None`` when no
+    point has a mean."""
     scored = [p for p in points if p["mean"] is not None]
-    best = None
-    if scored:
-        best = (max if sweep.direction == "maximize" else min)(scored, key=lambda p: p["mean"])
+    if not scored:
+        return None
+    return (max if direction == "maximize" else min)(scored, key=lambda p: p["mean"])
+
+
+def _best_and_folds_lines(best: dict[str, Any] | None, points: list[dict[str, Any]], metric: str) -> list[str]:
+    """``report.md``'s lines after the tables: the best point with its mean ± std and what it is over, then, in a
+    K-fold sweep, each point's value per fold."""
+    lines = []
+    if best is not None:
         over = f"{best['n']} seed(s)"
         if "folds" in best:
             over = f"{len(best['folds'])} fold(s) x {len(best['seeds'])} seed(s)"
@@ -114,24 +153,15 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
             + ", ".join(f"fold {k} {fmt(v)}" for k, v in p.get("folds", {}).items())
             for p in points
         ]
-    folder.mkdir(parents=True, exist_ok=True)
-    figures: list[Path] = []
-    if complete:
-        pruned = any(isinstance(s, int | float) and s > 0 for s in (run.value("sparsity") for run in complete))
-        x_keys = [*keys, *(["sparsity"] if pruned else [])]
-        figures = plots.plot(stats, complete, folder, x_keys, y_key=metric, name="objective-{x}.png")
-    out = {
-        "sweep": sweep.name,
-        "metric": metric,
-        "direction": sweep.direction,
-        "trials": rows,
-        "points": points,
-        "best": best,
-        "plots": [p.name for p in figures],
-    }
-    text = "\n".join(lines) + "\n"
-    files.write_text(folder / "report.md", text)
-    files.write_json(folder / "report.json", out)
-    if echo:
-        print(text, end="")
-    return out
+    return lines
+
+
+def _plots(stats: dict[str, Any], complete: list[Run], keys: list[str], folder: Path, metric: str) -> list[Path]:
+    """Write the plots of the completed trials into ``folder`` (:func:`project.summary.plots.plot`:
+    ``val_acc.png``, ``objective-<key>.png`` per swept key and, when any run pruned weights,
+    ``objective-sparsity.png``); none without a completed trial. Returns their paths."""
+    if not complete:
+        return []
+    pruned = any(isinstance(s, int | float) and s > 0 for s in (run.value("sparsity") for run in complete))
+    x_keys = [*keys, *(["sparsity"] if pruned else [])]
+    return plots.plot(stats, complete, folder, x_keys, y_key=metric, name="objective-{x}.png")

@@ -31,15 +31,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from project.errors import UnreadableFile
 from project.runs import files, layout, read
+from project.runs.layout import FIT_LOG
 from project.sweep import server as trial_server
 from project.sweep.config import trial_config
 from project.sweep.file import Sweep, make_pruner
 from project.sweep.storage import open_storage, scrubbed, stable
 
-TRIAL_FILE = "trial.json"
-TRIAL_CONFIG = "sweep-trial.yaml"
-FIT_LOG = "sweep-fit.log"
-PRUNED_FILE = "pruned.json"
 ENV_STORAGE, ENV_STUDY, ENV_TRIAL = "PROJECT_SWEEP_STORAGE", "PROJECT_SWEEP_STUDY", "PROJECT_SWEEP_TRIAL"
 ENV_PRUNER = "PROJECT_SWEEP_PRUNER"  # the sweep file's pruner as JSON: Optuna keeps no pruner in the storage
 
@@ -102,7 +99,7 @@ class ReportToStudy(L.Callback):
             if prune:
                 record = {"trial": self.trial.number, "epoch": epoch, self.monitor: value}
                 if self.run is not None:
-                    files.write_json(self.run / PRUNED_FILE, record)
+                    files.write_json(self.run / layout.PRUNED, record)
                 print(f"trial {self.trial.number} pruned after epoch {epoch} ({self.monitor} {value:.4f})", flush=True)
         # All ranks reach this point together; one rank stopping alone would leave the others waiting for it.
         if trainer.strategy.broadcast(prune, src=0):
@@ -175,30 +172,65 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     if sweep.sampler == "grid" and "fixed_params" not in system:
         trial.set_user_attr("surplus", True)
         raise Surplus(f"trial {trial.number}: every grid point is taken; nothing to run")
-    params = {p.key: p.suggest(trial) for p in sweep.space}
-    seed = trial.suggest_categorical("seed", sweep.seeds)
-    fold = trial.suggest_categorical("fold", list(range(sweep.folds))) if sweep.folds else None
-    mine = {"seed": seed} | ({"fold": fold} if fold is not None else {})
+    params, seed, fold = _suggest(sweep, trial)
     with stable():
         first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
     if sweep.sampler != "grid" and "fixed_params" not in system and first is None:
+        mine = {"seed": seed} | ({"fold": fold} if fold is not None else {})
         for other in sweep.repeats():
             if other != mine:  # the point's other seeds and folds, queued for any worker
                 study.enqueue_trial({**params, **other})
     number = first if first is not None else trial.number
-    run = ctx.folder / f"version_{number}"
+    run, info = _prepare_run(ctx.folder, trial, number, retried=first is not None)
+    _write_trial_files(ctx, run, number, info, trial, params, seed, fold)
+    point = f"{json.dumps(params)} seed {seed}" + (f" fold {fold}" if fold is not None else "")
+    returncode = _fit_resuming(ctx, trial, run, info, point)
+    return _outcome(ctx, trial, run, info, returncode)
+
+
+def _suggest(sweep: Sweep, trial: optuna.Trial) -> tuple[dict[str, Any], Any, int | None]:
+    """The trial's point, asked of the sampler: ``(params, seed, fold)`` (``fold`` ``None`` without folds)."""
+    params = {p.key: p.suggest(trial) for p in sweep.space}
+    seed = trial.suggest_categorical("seed", sweep.seeds)
+    fold = trial.suggest_categorical("fold", list(range(sweep.folds))) if sweep.folds else None
+    return params, seed, fold
+
+
+def _prepare_run(folder: Path, trial: optuna.Trial, number: int, retried: bool) -> tuple[Path, dict[str, Any]]:
+    """The trial's run folder ``<folder>/version_<number>``, created, and its ``trial.json`` so far (``{}`` unless
+    ``retried``).
+
+    A ``retried`` trial continues the first try's folder when that try left a ``last.ckpt``; else the folder is
+    removed and the point starts afresh. A ``pruned.json`` left by an earlier try is removed.
+    """
+    run = folder / f"version_{number}"
     trial.set_user_attr("run", str(run))
-    info = _read_trial(run) if first is not None else {}
-    ckpt = run / "checkpoints" / "last.ckpt"
-    if first is not None and not ckpt.is_file() and run.exists():
+    info = _read_trial(run) if retried else {}
+    if retried and not (run / layout.CHECKPOINTS / layout.LAST_CKPT).is_file() and run.exists():
         import shutil
 
         shutil.rmtree(run)  # the dead try left no checkpoint: start the point afresh
     run.mkdir(parents=True, exist_ok=True)
-    (run / PRUNED_FILE).unlink(missing_ok=True)
+    (run / layout.PRUNED).unlink(missing_ok=True)
+    return run, info
+
+
+def _write_trial_files(
+    ctx: Context,
+    run: Path,
+    number: int,
+    info: dict[str, Any],
+    trial: optuna.Trial,
+    params: dict[str, Any],
+    seed: Any,
+    fold: int | None,
+) -> None:
+    """Write the trial's fit config (``sweep-trial.yaml``) and its ``trial.json`` (state ``running``, this trial
+    added to its ``trials``) into ``run``; ``info`` is updated to what ``trial.json`` holds."""
+    sweep = ctx.sweep
     folds = (fold, sweep.folds) if fold is not None and sweep.folds else None
     config = trial_config(ctx.base, params, seed, str(ctx.folder.parent), sweep.name, number, folds)
-    files.write_text(run / TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
+    files.write_text(run / layout.TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
     info.update(
         sweep=sweep.name,
         study=sweep.name,
@@ -210,7 +242,18 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
         objective={"metric": sweep.metric, "direction": sweep.direction},
     )
     info["trials"] = [*info.get("trials", []), trial.number]
-    files.write_json(run / TRIAL_FILE, info)
+    files.write_json(run / layout.TRIAL, info)
+
+
+def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any], point: str) -> int:
+    """Run the trial's fit in ``run`` (:func:`run_fit`, resumed from ``last.ckpt`` when there is one), again while
+    a signal killed it, at most ``max_retry + 1`` times; returns fit's last exit status. ``info`` (the trial's
+    ``trial.json``) gets the worker, whether it resumed and fit's pid; ``point`` (the params, seed and fold) is printed.
+
+    Raises:
+        TrialFailed: the trial's log cannot be opened (nothing ran; recorded in ``trial.json``).
+    """
+    sweep = ctx.sweep
     env = {
         **os.environ,
         ENV_STORAGE: ctx.storage_url,
@@ -221,39 +264,51 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     }
     info["worker"] = f"{socket.gethostname()}:{os.getpid()}"
     trial.set_user_attr("worker", info["worker"])
+    ckpt = run / layout.CHECKPOINTS / layout.LAST_CKPT
     for _ in range(sweep.max_retry + 1):
         resume = ["--ckpt_path", str(ckpt)] if ckpt.is_file() else []
         info["resumed"] = info.get("resumed", False) or bool(resume)
-        note = " (resumed from last.ckpt)" if resume else ""
-        of = f" fold {fold}" if fold is not None else ""
-        print(f"trial {trial.number}: {run} {json.dumps(params)} seed {seed}{of}{note}", flush=True)
+        note = f" (resumed from {layout.LAST_CKPT})" if resume else ""
+        print(f"trial {trial.number}: {run} {point}{note}", flush=True)
 
         def started(pid: int) -> None:
             info["pid"] = pid
-            files.write_json(run / TRIAL_FILE, info)
+            files.write_json(run / layout.TRIAL, info)
 
         try:
             returncode = run_fit(
-                ctx.server, ["--config", str(run / TRIAL_CONFIG), *resume], env, run / FIT_LOG, started
+                ctx.server, ["--config", str(run / layout.TRIAL_CONFIG), *resume], env, run / FIT_LOG, started
             )
         except TrialFailed as e:  # its log cannot be opened (a planted link): nothing ran
             info.update(state="failed", error=str(e))
-            files.write_json(run / TRIAL_FILE, info)
+            files.write_json(run / layout.TRIAL, info)
             raise TrialFailed(f"trial {trial.number}: {e}") from None
         if returncode >= 0:
             break  # else a signal killed fit while this worker lives: resume it here
+    return returncode
+
+
+def _outcome(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any], returncode: int) -> float:
+    """The trial's value once fit has exited with ``returncode``: the objective from the run's ``results.json``,
+    recorded in ``trial.json`` with the trial's final state.
+
+    Raises:
+        TrialFailed: fit exited with an error, or the objective is no finite number.
+        optuna.TrialPruned: the pruner stopped this trial's run (its ``pruned.json``).
+    """
+    sweep = ctx.sweep
     if returncode != 0:
         error = scrubbed(_last_error(run / FIT_LOG), ctx.storage_url)
         info.update(state="failed", error=error)
-        files.write_json(run / TRIAL_FILE, info)
+        files.write_json(run / layout.TRIAL, info)
         raise TrialFailed(f"trial {trial.number}: fit exited with {returncode}: {error}")
     results = layout.read_results(run)
     value: Any = results.get(sweep.metric)  # any JSON value; float() only once `finite` says it is a number
     finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    pruned = _read_json(run / PRUNED_FILE)
+    pruned = _read_json(run / layout.PRUNED)
     if pruned.get("trial") == trial.number:
         info.update(state="pruned", pruned=pruned, value=float(value) if finite else None)
-        files.write_json(run / TRIAL_FILE, info)
+        files.write_json(run / layout.TRIAL, info)
         raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned['epoch']}")
     if not finite:
         error = (
@@ -261,11 +316,11 @@ def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
             "(see objective.metric in the sweep file)"
         )
         info.update(state="failed", error=error)
-        files.write_json(run / TRIAL_FILE, info)
+        files.write_json(run / layout.TRIAL, info)
         raise TrialFailed(f"trial {trial.number}: {error}")
     value = float(value)
     info.update(state="complete", value=value)
-    files.write_json(run / TRIAL_FILE, info)
+    files.write_json(run / layout.TRIAL, info)
     print(f"trial {trial.number}: {sweep.metric} {value:.4f}", flush=True)
     return value
 
@@ -314,7 +369,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _read_trial(run: Path) -> dict[str, Any]:
     """The run's ``trial.json`` (:func:`_read_json`)."""
-    return _read_json(run / TRIAL_FILE)
+    return _read_json(run / layout.TRIAL)
 
 
 LOG_TAIL_BYTES = 1 << 20  # the end of a trial's log searched for its last error line: 1 MiB

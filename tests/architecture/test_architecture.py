@@ -4,9 +4,9 @@ modules, package faces hold only the class paths configs name, and the class pat
 from __future__ import annotations
 
 import ast
-import re
 import importlib
 import json
+import re
 
 import grimp
 import pytest

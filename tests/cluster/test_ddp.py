@@ -22,8 +22,8 @@ DDP_OVERLAYS = sorted(
 
 @pytest.mark.slow
 def test_readme_listen_address_switch_parses_with_every_ddp_overlay():
-    """docs/cluster.md's ``--trainer.strategy.listen_address`` (with ``rendezvous_timeout``, same place) on every shipped
-    overlay that sets a strategy: parsed into ``BoundDDPStrategy``'s options (it was a parse error while the
+    """docs/cluster.md's ``--trainer.strategy.listen_address`` (with ``rendezvous_timeout``, same place) on every
+    shipped overlay that sets a strategy: parsed into ``BoundDDPStrategy``'s options (it was a parse error while the
     overlays named the strategy ``ddp`` by its registry string)."""
     docs = " ".join((REPO / "docs" / "cluster.md").read_text().split())
     assert "--trainer.strategy.listen_address <rank 0's address>" in docs

@@ -87,7 +87,8 @@ def readme_tags() -> list[str]:
     return re.findall(r"`([a-z_]+(?:/[a-z_]+)+|lr-<Optimizer>)`", bullet)
 
 
-NOT_ON_ONE_CPU = {"train/device/mfu", "train/samples_per_sec"}  # docs/run-folder.md says: GPUs only / more than one device
+# docs/run-folder.md says: GPUs only / more than one device
+NOT_ON_ONE_CPU = {"train/device/mfu", "train/samples_per_sec"}
 
 
 def test_readme_tags_are_in_the_event_files_and_lr_is_logged_every_step(tiny_mnist, tmp_path, monkeypatch):

@@ -170,10 +170,10 @@ def test_max_steps_stop_then_resume_to_more_steps_is_exact(first, final, max_epo
 
 @pytest.mark.slow
 def test_lightning_counts_the_resumed_epoch_twice_towards_max_epochs_with_max_steps(tiny_mnist, tmp_path, monkeypatch):
-    """The limit docs/reliability.md states: with ``trainer.max_steps`` set, Lightning 2.6 counts the epoch a checkpoint was
-    written in twice towards ``max_epochs``, so a resumed run that ``max_epochs`` (3 epochs, 30 steps) would stop
-    before ``max_steps`` (25) ends one epoch early, at step 20. Fails once Lightning counts right: then drop the
-    that sentence."""
+    """The limit docs/reliability.md states: with ``trainer.max_steps`` set, Lightning 2.6 counts the epoch a
+    checkpoint was written in twice towards ``max_epochs``, so a resumed run that ``max_epochs`` (3 epochs, 30 steps)
+    would stop before ``max_steps`` (25) ends one epoch early, at step 20. Fails once Lightning counts right: then
+    drop that sentence."""
     monkeypatch.chdir(tmp_path)
     args = [*STEP_LR, "--trainer.max_epochs", "3", "--trainer.max_steps"]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "a", *args, "25")) == 0
