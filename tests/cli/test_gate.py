@@ -1,0 +1,58 @@
+"""project.cli.gate: a resume's checkpoint is read from disk once, checked, and those very bytes are what Lightning
+restores (no second read that a swapped file could slip through)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import results, run_dirs, run_main, tiny_args
+
+from project.cli.gate import CheckpointGate
+
+
+def resume_args(tiny_mnist, logs: Path, last: Path) -> list[str]:
+    return tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "2", "--ckpt_path", str(last))
+
+
+@pytest.fixture
+def one_epoch(tiny_mnist, tmp_path, monkeypatch) -> Path:
+    """A finished 1-epoch tiny run under ``tmp_path/logs``; returns its ``last.ckpt``."""
+    monkeypatch.chdir(tmp_path)
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.max_epochs", "1")) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    return run / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.slow
+def test_a_resume_reads_its_checkpoint_file_once(one_epoch, tiny_mnist, tmp_path, monkeypatch):
+    reads = []
+    load = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        if isinstance(f, str | os.PathLike) and Path(f).resolve() == one_epoch.resolve():
+            reads.append(f)
+        return load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    assert run_main(resume_args(tiny_mnist, tmp_path / "logs", one_epoch)) == 0
+    assert len(reads) == 1  # the gate's read; Lightning got the checked dict from the checkpoint IO
+    assert results(one_epoch.parent.parent)["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_lightning_restores_the_checked_bytes_even_if_the_file_is_swapped(one_epoch, tiny_mnist, tmp_path, monkeypatch):
+    """The file replaced after the gate checked it (a run folder others can write): the resume continues from what
+    was checked; the swapped bytes are never read."""
+    hand_to = CheckpointGate.hand_to
+
+    def hand_to_then_swap(self, trainer):
+        hand_to(self, trainer)
+        one_epoch.write_bytes(b"swapped: not a checkpoint")
+
+    monkeypatch.setattr(CheckpointGate, "hand_to", hand_to_then_swap)
+    assert run_main(resume_args(tiny_mnist, tmp_path / "logs", one_epoch)) == 0
+    r = results(one_epoch.parent.parent)
+    assert r["epochs"] == 2 and r["global_step"] == 20  # 500 images / 50 per batch, two epochs
