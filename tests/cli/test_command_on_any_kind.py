@@ -30,17 +30,20 @@ KINDS = {
     "slimmed": "slimmed_run",
     "resumed": "resumed",
 }
+# the runs are short: 2 training steps and 1 validation batch an epoch (the commands use the whole test set)
+SHORT = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
 _RUNS: dict[str, object] = {}
 
 
 def resumed_run(root):
     """1 epoch, then resumed from its last.ckpt to 2 epochs: the run folder of the resumed fit."""
-    first, _ = train_tiny_run(root, "--trainer.max_epochs", "1")
+    first, _ = train_tiny_run(root, *SHORT, "--trainer.max_epochs", "1")
     with pytest.MonkeyPatch.context() as mp:
         paths = make_tiny_mnist(root / "again", mp)  # the same seeded archives, patched again for the resume
         mp.chdir(root)
         ckpt = str(first / "checkpoints" / "last.ckpt")
-        assert run_main(tiny_args(paths, root / "logs", "--trainer.max_epochs", "2", "--ckpt_path", ckpt)) == 0
+        args = tiny_args(paths, root / "logs", *SHORT, "--trainer.max_epochs", "2", "--ckpt_path", ckpt)
+        assert run_main(args) == 0
     (run,) = run_dirs(root / "logs")
     assert results(run)["epochs"] == 2
     return run
@@ -58,7 +61,7 @@ def run_of_kind(request, tmp_path_factory, tmp_path):
         elif isinstance(spec, str):
             _RUNS[kind] = request.getfixturevalue(spec)
         else:
-            _RUNS[kind] = train_tiny_run(root, "--trainer.max_epochs", "2", *spec)[0]
+            _RUNS[kind] = train_tiny_run(root, *SHORT, "--trainer.max_epochs", "1", *spec)[0]
     run = tmp_path / "logs" / "tiny" / "version_0"
     shutil.copytree(_RUNS[kind], run)
     return run

@@ -152,14 +152,37 @@ def short_fashion_fit(cwd, fashion_data, *overlays: str):
     return run
 
 
+@pytest.fixture(scope="module")
+def ddp_fashion_run(fashion_data, tmp_path_factory):
+    """The issue's run, built once for the module: ``fit`` of configs/fashion_mnist.yaml with
+    ``configs/trainer/ddp_cpu.yaml`` (2 processes, its own process tree) for 1 short epoch. Read it, don't change it
+    (copy it to run a command on it)."""
+    run = short_fashion_fit(
+        tmp_path_factory.mktemp("ddp_fashion"), fashion_data, "--config", str(REPO / "configs/trainer/ddp_cpu.yaml")
+    )
+    assert results(run)["world_size"] == 2
+    return run
+
+
+def copy_run(run, folder):
+    """A copy of ``run`` at ``folder/<experiment>/<version>`` (a command may write into it)."""
+    copy = folder / run.parent.name / run.name
+    shutil.copytree(run, copy)
+    return copy
+
+
 @pytest.mark.slow
-def test_evaluate_asked_for_two_processes_gives_the_single_process_answer(fashion_data, tmp_path):
+def test_evaluate_asked_for_two_processes_gives_the_single_process_answer(
+    ddp_fashion_run, fashion_data, tmp_path, monkeypatch
+):
     """``evaluate --trainer.strategy ddp --trainer.devices 2`` (allowed: each process tests its share and the metrics
-    are reduced over both) writes the same accuracy, sample count and confusion matrix as one process, once."""
-    run = short_fashion_fit(tmp_path, fashion_data)
+    are reduced over both) writes the same accuracy, sample count and confusion matrix as one process, once. The one
+    process: ``evaluate.main`` here; the two: ``python -m project.evaluate``, which launches them."""
+    monkeypatch.chdir(tmp_path)
+    run = copy_run(ddp_fashion_run, tmp_path / "logs")
     own = ["--data.data_dir", str(fashion_data), "--data.num_workers", "0", "--data.persistent_workers", "false"]
     own += ["--trainer.limit_test_batches", "1.0"]  # the whole test set (a batch limit is per process)
-    python_m(tmp_path, "project.evaluate", str(run), *own)
+    assert evaluate.main([str(run), *own]) == 0
     single = json.loads((run / "eval-best-test.json").read_text())
     (run / "eval-best-test.json").unlink()
     python_m(
@@ -175,21 +198,25 @@ def test_evaluate_asked_for_two_processes_gives_the_single_process_answer(fashio
 
 
 @pytest.mark.slow
-def test_predict_on_a_run_trained_by_two_ddp_processes_classifies_every_image(fashion_data, tmp_path):
-    """The issue's case end to end: ``fit`` with ``configs/trainer/ddp_cpu.yaml`` (2 processes), then ``predict`` on
-    eight images: all eight rows, the same as the single-process answer (the run's config set to one device)."""
-    run = short_fashion_fit(tmp_path, fashion_data, "--config", str(REPO / "configs/trainer/ddp_cpu.yaml"))
-    assert results(run)["world_size"] == 2
-    single = tmp_path / "single" / "fashion_mnist" / "version_0"
-    shutil.copytree(run, single)
+def test_predict_on_a_run_trained_by_two_ddp_processes_classifies_every_image(
+    ddp_fashion_run, fashion_data, tmp_path, monkeypatch
+):
+    """The issue's case end to end: ``fit`` with ``configs/trainer/ddp_cpu.yaml`` (2 processes: the module's run),
+    then ``predict`` on eight images: all eight rows, the same as the single-process answer (the run's config set to
+    one device). ``predict.main`` here, once the run is seen to be rebuilt as one process (a second one launched
+    from here would be pytest)."""
+    monkeypatch.chdir(tmp_path)
+    run = copy_run(ddp_fashion_run, tmp_path / "logs")
+    single = copy_run(ddp_fashion_run, tmp_path / "single")
     config = yaml.safe_load((single / "config.yaml").read_text())
     config["trainer"].update(strategy="auto", devices=1)
     (single / "config.yaml").write_text(yaml.safe_dump(config))
     images = eight_pngs(tmp_path / "images")
     tables = []
     for folder, out in ((run, "ddp.csv"), (single, "single.csv")):
-        python_m(
-            tmp_path, "project.predict", str(folder), str(images), "--out", out, "--data.data_dir", str(fashion_data)
-        )
+        argv = [str(folder), str(images), "--out", str(tmp_path / out), "--data.data_dir", str(fashion_data)]
+        trainer = cli_for_run(folder, argv, "python -m project.predict", predict.COMMAND).trainer
+        assert (trainer.world_size, trainer.num_nodes, trainer.num_devices) == (1, 1, 1)
+        assert predict.main(argv) == 0
         tables.append([{k: v for k, v in r.items() if k != "path"} for r in csv.DictReader((tmp_path / out).open())])
     assert len(tables[0]) == 8 and tables[0] == tables[1]

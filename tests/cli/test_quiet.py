@@ -9,6 +9,7 @@ import logging
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -44,21 +45,18 @@ BANNERS = (
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory) -> dict:
-    """One finished 2-epoch tiny run, shared by this module (read it, don't change it): ``{"run": its folder,
-    "raw": its extracted data files, "root": the folder it was started in}``."""
-    from tiny_data import train_tiny_run
-
-    root = tmp_path_factory.mktemp("quiet")
-    run, paths = train_tiny_run(root)
-    return {"run": run, "raw": paths["data"] / "MNIST" / "raw", "root": root}
+def fitted(trained_run) -> dict:
+    """The session's finished 2-epoch tiny run (``trained_run``, tests/conftest.py; read it, don't change it):
+    ``{"run": its folder, "raw": its extracted data files}``."""
+    (_, data_dir) = own_data(trained_run)
+    return {"run": trained_run, "raw": Path(data_dir) / "MNIST" / "raw"}
 
 
-def command(fitted: dict, *args: str) -> tuple[int, list[str]]:
-    """Run ``python -m project.<args[0]> args[1:]`` in the run's root; return its status and output lines."""
+def command(fitted: dict, cwd: Path, *args: str) -> tuple[int, list[str]]:
+    """Run ``python -m project.<args[0]> args[1:]`` in ``cwd``; return its status and output lines."""
     proc = subprocess.run(
         [sys.executable, "-c", LAUNCH, str(fitted["raw"]), *args],
-        cwd=fitted["root"],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
@@ -67,25 +65,31 @@ def command(fitted: dict, *args: str) -> tuple[int, list[str]]:
 
 
 @pytest.mark.slow
-def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted):
-    run, root = fitted["run"], fitted["root"]
-    good, bad = root / "good.png", root / "bad.png"
+def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted, tmp_path):
+    """Each command a process of its own, on its own copy of the run (they write into it), up to 3 at a time."""
+    good, bad = tmp_path / "good.png", tmp_path / "bad.png"
     Image.new("L", (28, 28)).save(good)
     bad.write_bytes(b"not an image")
+    runs = [tmp_path / str(i) / "tiny" / "version_0" for i in range(6)]
+    for run in runs:
+        shutil.copytree(fitted["run"], run)
+    data = own_data(fitted["run"])
+    fast = ("--repeats", "1")  # one timed call per latency figure: the same output line
     cases = [  # the command, its exit status, the start of each line it prints (stdout's, then stderr's), no other
-        (("project.evaluate", str(run), *own_data(run)), 0, ["test acc "]),
+        (("project.evaluate", str(runs[0]), *data), 0, ["test acc "]),
         (
-            ("project.predict", str(run), str(good), str(bad), "--out", str(root / "p.csv")),
+            ("project.predict", str(runs[1]), str(good), str(bad), "--out", str(tmp_path / "p.csv")),
             1,
             ["1 image(s) classified -> ", f"error: {bad}", "error: 1 of 2 inputs could not be read"],
         ),
-        (("project.export", str(run), *own_data(run)), 0, ["onnx: "]),
-        (("project.export", str(run), *own_data(run), "--format", "torchscript"), 0, ["torchscript: "]),
-        (("project.export", str(run), *own_data(run), "--format", "pt2"), 0, ["pt2: "]),
-        (("project.evaluate", str(run), *own_data(run), "--ckpt", str(root / "none.ckpt")), 2, ["error: "]),
+        (("project.export", str(runs[2]), *data, *fast), 0, ["onnx: "]),
+        (("project.export", str(runs[3]), *data, *fast, "--format", "torchscript"), 0, ["torchscript: "]),
+        (("project.export", str(runs[4]), *data, *fast, "--format", "pt2"), 0, ["pt2: "]),
+        (("project.evaluate", str(runs[5]), *data, "--ckpt", str(tmp_path / "none.ckpt")), 2, ["error: "]),
     ]
-    for args, status, starts in cases:
-        code, lines = command(fitted, *args)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        outputs = list(pool.map(lambda case: command(fitted, tmp_path, *case[0]), cases))
+    for (args, status, starts), (code, lines) in zip(cases, outputs):
         chatter = [line for line in lines if any(b in line for b in BANNERS)]
         assert chatter == [], (args, chatter)
         assert code == status, (args, lines[-5:])

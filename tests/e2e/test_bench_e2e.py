@@ -79,6 +79,13 @@ def test_bench_e2e_rejects_a_cifar_config(tmp_path, capsys):
     assert "CIFAR10DataModule" in err and "recipe B" in err
 
 
+# fit's side kept short: 2 validation batches, no sanity check, 10 test batches (the raw loop tests on all 10,000)
+FIT_ARGS = (
+    "--trainer.limit_val_batches 2 --trainer.num_sanity_val_steps 0 --trainer.limit_test_batches 10 "
+    "--data.num_workers 0"
+)
+
+
 def test_bench_e2e_on_real_fashion_mnist(fashion_source, tmp_path, monkeypatch, capsys):
     """One short run of each command on the real data: both rows measured, accuracies read back, files written."""
     monkeypatch.chdir(tmp_path)
@@ -97,7 +104,7 @@ def test_bench_e2e_on_real_fashion_mnist(fashion_source, tmp_path, monkeypatch, 
         "--limit_train_batches",
         "20",
         "--fit_args",
-        "--trainer.limit_val_batches 2 --data.num_workers 0",
+        FIT_ARGS,
         "--out",
         str(out),
     ]
@@ -107,7 +114,7 @@ def test_bench_e2e_on_real_fashion_mnist(fashion_source, tmp_path, monkeypatch, 
     raw, fit = report["rows"]
     assert (raw["row"], fit["row"]) == ("raw loop", "fit")
     assert "--limit_train_batches 20" in raw["command"] and "--dataset fashion_mnist" in raw["command"]
-    assert fit["command"].endswith(".limit_train_batches 20 --trainer.limit_val_batches 2 --data.num_workers 0")
+    assert fit["command"].endswith(f".limit_train_batches 20 {FIT_ARGS}")
     for row in (raw, fit):
         assert row["wall_s"] > 0 and row["walls_s"] == [row["wall_s"]]
         assert 0 < row["startup_s"] < row["wall_s"] and 0 < row["train_s"] < row["wall_s"] and row["rest_s"] > 0

@@ -1,4 +1,12 @@
-"""Clusters, simulated on one CPU machine: SLURM preemption and requeue."""
+"""Clusters, simulated on one CPU machine: SLURM preemption and requeue.
+
+What these tests check is about processes (signals, requeue and resume, rendezvous, shared storage), not about the
+data: they run fashion_mnist.yaml on the tiny MNIST-format data set of ``tests/tiny_data.py``, imported as
+Fashion-MNIST, with one OpenMP thread per process. Its md5 and size tables are patched in the test's process; the
+Python processes a test starts get the same tables from a ``sitecustomize.py`` on their ``PYTHONPATH``
+(:func:`tiny_fashion`), so their commands are unchanged and the processes they start in turn (DDP ranks, torchrun's
+workers) have them too. An uninterrupted reference run that is not about processes trains in the test's process.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +16,93 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
-from helpers import REPO, clean_env, free_port_for_slurm, job_torchrun_args, results, run_dirs, slurm_task
+import torchvision
+from helpers import (
+    LAUNCH_VARIABLES,
+    REPO,
+    clean_env,
+    free_port_for_slurm,
+    job_torchrun_args,
+    results,
+    run_dirs,
+    run_main,
+    slurm_task,
+)
+from tiny_data import make_tiny_mnist
+
+from project.data import archives
+from project.data.modules import FashionMNISTDataModule
+
+# The tables make_tiny_mnist patches, for a process that starts with this file's folder on PYTHONPATH: set as soon as
+# the project imports project.data.archives (nothing is imported earlier: torchrun's agent sets its log level before
+# torch loads).
+SITECUSTOMIZE = '''"""Test-only (tests/e2e/test_cluster.py): the tiny data set's md5 and size tables."""
+import importlib.machinery
+import json
+import sys
+
+TABLES = json.loads({tables!r})
 
 
-def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
+class TinyTables:
+    def find_spec(self, name, path=None, target=None):
+        if name != "project.data.archives":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.RAW_MD5["FashionMNIST"] = TABLES["raw_md5"]
+            module.RAW_SIZES["FashionMNIST"] = TABLES["raw_sizes"]
+            module.datasets.FashionMNIST.resources = [tuple(r) for r in TABLES["resources"]]
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, TinyTables())
+'''
+
+# The tiny set's 600 training images: 500 train in batches of 20 (25 per epoch, 13 per DDP process; the tests'
+# limit_*_batches cut every loader shorter, as on the real data), 100 validate; 100 test images.
+TINY = ["--data.val_size", "100", "--data.batch_size", "20"]
+
+
+def tiny_fashion(paths: dict) -> dict:
+    """The tiny data set ``paths`` (:func:`tiny_data.make_tiny_mnist`, its tables patched in this process now)
+    imported into ``paths["data"]`` as Fashion-MNIST, and ``site``: a folder whose ``sitecustomize.py`` patches the
+    same tables in a Python process that has it on ``PYTHONPATH`` (:func:`with_site`)."""
+    FashionMNISTDataModule(data_dir=str(paths["data"]), source_dir=str(paths["source"])).prepare_data()
+    tables = {
+        "raw_md5": archives.RAW_MD5["FashionMNIST"],
+        "raw_sizes": archives.RAW_SIZES["FashionMNIST"],
+        "resources": torchvision.datasets.FashionMNIST.resources,
+    }
+    site = paths["source"].parent / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(tables=json.dumps(tables)))
+    return {**paths, "site": site}
+
+
+def with_site(env: dict[str, str], tiny: dict) -> dict[str, str]:
+    """``env`` with the tiny data set's tables for every Python process started with it, and one OpenMP thread."""
+    return {**env, "PYTHONPATH": f"{tiny['site']}{os.pathsep}{env['PYTHONPATH']}", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def tiny(tiny_mnist) -> dict:
+    """:func:`tiny_fashion` of the ``tiny_mnist`` fixture: its tables stay patched in this process for the test."""
+    return tiny_fashion(tiny_mnist)
+
+
+def slurm_env(tmp_path, tiny: dict, job: str, restart: int, **extra: str) -> dict[str, str]:
     """SLURM's batch-job environment, with a stub ``scontrol`` on PATH that records what it was asked."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -35,7 +123,7 @@ def slurm_env(tmp_path, job: str, restart: int, **extra: str) -> dict[str, str]:
         SLURM_RESTART_COUNT=str(restart),
         **extra,
     )
-    return env
+    return with_site(env, tiny)
 
 
 def fit(args, tmp_path, env) -> subprocess.CompletedProcess:
@@ -48,14 +136,15 @@ def weights(run):
     return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
 
 
-def resume_args(fashion_data, logs, callback: str) -> list[str]:
-    """fashion_mnist.yaml for 3 deterministic epochs of 10 steps into ``logs``, with a test-only ``callback`` that
-    interrupts the run (``tests/`` on ``PYTHONPATH``)."""
+def resume_args(tiny, logs, callback: str) -> list[str]:
+    """fashion_mnist.yaml on the tiny data for 3 deterministic epochs of 10 steps into ``logs``, with a test-only
+    ``callback`` that interrupts the run (``tests/`` on ``PYTHONPATH``)."""
     return [
         "--config",
         str(REPO / "configs/fashion_mnist.yaml"),
         "--data.data_dir",
-        str(fashion_data),
+        str(tiny["data"]),
+        *TINY,
         "--trainer.limit_train_batches",
         "10",
         "--trainer.limit_val_batches",
@@ -74,6 +163,23 @@ def resume_args(fashion_data, logs, callback: str) -> list[str]:
     ]
 
 
+def reference_run(args, tmp_path, monkeypatch) -> Path:
+    """The uninterrupted reference of ``args``, named ``ref``, trained in this process (no launcher's variables, one
+    thread, as the subprocesses run); returns its run folder."""
+    for name in [k for k in os.environ if k.startswith((*LAUNCH_VARIABLES, "PREEMPT_AT", "SIGTERM_AT"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with mock.patch.dict(os.environ):  # what the run sets there (PL_GLOBAL_SEED) stays out of the later commands
+            assert run_main([*args, "--trainer.logger.init_args.name", "ref"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    (ref_run,) = run_dirs(tmp_path / "logs")
+    return ref_run
+
+
 def check_resumed_like_reference(logs, run, ref_run) -> dict:
     """The resumed job finished in its one ``fashion_mnist`` run folder ``run`` with the uninterrupted ``ref_run``'s
     results and weights, exactly; returns the run's ``slurm_job.json``."""
@@ -86,14 +192,11 @@ def check_resumed_like_reference(logs, run, ref_run) -> dict:
     return json.loads((run / "slurm_job.json").read_text())
 
 
-def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data, tmp_path):
-    args = resume_args(fashion_data, tmp_path / "logs", "helpers.Preempt")
-    # uninterrupted reference, as SLURM job 100
-    ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, slurm_env(tmp_path, "100", 0))
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    (ref_run,) = run_dirs(tmp_path / "logs")
+def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(tiny, tmp_path, monkeypatch):
+    args = resume_args(tiny, tmp_path / "logs", "helpers.Preempt")
+    ref_run = reference_run(args, tmp_path, monkeypatch)  # uninterrupted (in this process, no job)
     # job 4242: SIGUSR1 at step 15 (mid epoch 2 of 3, 10 steps each), killed at step 17
-    env = slurm_env(tmp_path, "4242", 0, PREEMPT_AT="15")
+    env = slurm_env(tmp_path, tiny, "4242", 0, PREEMPT_AT="15")
     first = fit(args, tmp_path, env)
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
     (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
@@ -102,7 +205,7 @@ def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data
     assert torch.load(hpc, map_location="cpu", weights_only=True)["global_step"] == 15
     assert not (run / "results.json").exists()
     # the requeued job: same command, same job id
-    second = fit(args, tmp_path, slurm_env(tmp_path, "4242", 1))
+    second = fit(args, tmp_path, slurm_env(tmp_path, tiny, "4242", 1))
     assert second.returncode == 0, second.stderr[-3000:]
     assert "requeued" in second.stderr and "hpc_ckpt_1.ckpt" in second.stderr
     job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)
@@ -110,40 +213,73 @@ def test_slurm_requeue_resumes_in_the_same_run_with_the_same_result(fashion_data
     assert (run / "config-resume-1.yaml").is_file()
 
 
+# The nodes: ``nodes`` processes forked from one interpreter that has imported the slow third-party libraries once
+# (not the project: each process imports it itself, so they share nothing of it, only the folder). Each logs into its
+# own file; they start prepare_data together, once all are ready. The tiny set's import is made to last a second, as
+# a real-size one does, so that the others arrive while it holds the lock. Prints the processes' exit statuses.
 PREPARE = """
-import logging, sys, time
+import json, logging, os, sys, time, traceback
 from pathlib import Path
-logging.basicConfig(level=logging.INFO, format="%(message)s")
-from project.data.modules import FashionMNISTDataModule
-while not Path(sys.argv[3]).exists():  # start together
+import lightning, torchvision
+data, source, folder, nodes = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+pids = []
+for node in range(nodes):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        with open(folder / f"{node}.log", "w") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+                from project.data.modules import FashionMNISTDataModule
+                import_archives = FashionMNISTDataModule.import_archives
+                def slow_import(self, source_dir):
+                    time.sleep(1)
+                    import_archives(self, source_dir)
+                FashionMNISTDataModule.import_archives = slow_import
+                (folder / f"{node}.ready").touch()
+                while not (folder / "go").exists():  # start together
+                    time.sleep(0.005)
+                FashionMNISTDataModule(data_dir=data, source_dir=source).prepare_data()
+                print("ready")
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    pids.append(pid)
+deadline = time.time() + 120
+while len(list(folder.glob("*.ready"))) < nodes and time.time() < deadline:
     time.sleep(0.005)
-FashionMNISTDataModule(data_dir=sys.argv[1], source_dir=sys.argv[2]).prepare_data()
-print("ready")
+(folder / "go").touch()
+print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]))
 """
 
 
-def test_concurrent_prepare_on_shared_storage_imports_once(fashion_source, tmp_path):
+def test_concurrent_prepare_on_shared_storage_imports_once(tiny, tmp_path):
     """Several nodes' ``prepare_data`` on one shared folder at once: one import, the others wait, files intact."""
-    data, go = tmp_path / "shared" / "data", tmp_path / "go"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", PREPARE, str(data), str(fashion_source), str(go)],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    go.touch()
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outputs
+    data, folder = tmp_path / "shared" / "data", tmp_path / "nodes"
+    folder.mkdir()
+    env = with_site(clean_env(), tiny)
+    proc = subprocess.run(
+        [sys.executable, "-c", PREPARE, str(data), str(tiny["source"]), str(folder), "4"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.splitlines()[-1])
+    outputs = [(folder / f"{node}.log").read_text() for node in range(4)]
+    assert codes == [0, 0, 0, 0], outputs
     assert all(o.rstrip().endswith("ready") for o in outputs)
     assert sum(o.count("importing FashionMNIST") for o in outputs) == 1, outputs
-    from project.data.modules import FashionMNISTDataModule
-
+    assert any("waiting for another process" in o for o in outputs), outputs  # they did meet at the lock
     dm = FashionMNISTDataModule(data_dir=str(data))
-    dm.verify(md5=True)  # every file whole and as published
+    dm.verify(md5=True)  # every file whole and as published (the tiny set's tables)
     assert not [p for p in data.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".extract")]
 
 
@@ -218,14 +354,15 @@ def test_sweep_array_script_runs_the_same_worker_in_every_task(tmp_path):
     assert len(missing.stderr.splitlines()) == 1 and len(log.read_text().splitlines()) == 2
 
 
-def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
+def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(tiny, tmp_path):
     """``docker stop``, ``scancel`` and Kubernetes send SIGTERM: fit stops at the next step with one line, keeps
     the run folder with its checkpoint, and ends by SIGTERM itself (exit 143 in a shell), not with status 0."""
     args = [
         "--config",
         str(REPO / "configs/fashion_mnist.yaml"),
         "--data.data_dir",
-        str(fashion_data),
+        str(tiny["data"]),
+        *TINY,
         "--trainer.limit_train_batches",
         "10",
         "--trainer.limit_val_batches",
@@ -242,7 +379,7 @@ def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}", SIGTERM_AT="15")
-    proc = fit(args, tmp_path, env)
+    proc = fit(args, tmp_path, with_site(env, tiny))
     assert proc.returncode == -signal.SIGTERM, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0], proc.stderr[-3000:]
@@ -250,12 +387,13 @@ def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(fashion_data, tmp_path):
     assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "results.json").exists()
 
 
-def ddp_args(tmp_path, fashion_data, name: str, devices: int, nodes: int) -> list[str]:
+def ddp_args(tmp_path, tiny, name: str, devices: int, nodes: int) -> list[str]:
     return [
         "--config",
         str(REPO / "configs/fashion_mnist.yaml"),
         "--data.data_dir",
-        str(fashion_data),
+        str(tiny["data"]),
+        *TINY,
         "--data.num_workers",
         "0",
         "--data.persistent_workers",
@@ -313,14 +451,22 @@ def check_same_as_reference(logs, ref_run, outs) -> None:
 
 
 @pytest.fixture(scope="module")
-def one_node_two_processes(fashion_data, tmp_path_factory):
+def ddp_tiny(tmp_path_factory):
+    """The tiny data set of :func:`tiny_fashion` for the module's DDP tests (its tables patched here only while it is
+    imported; the processes get them from its ``site``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        return tiny_fashion(make_tiny_mnist(tmp_path_factory.mktemp("ddp_tiny") / "mnist", mp))
+
+
+@pytest.fixture(scope="module")
+def one_node_two_processes(ddp_tiny, tmp_path_factory):
     """The reference: 1 node x 2 DDP processes on the CPU, launched by Lightning itself (configs/trainer/ddp_cpu)."""
     tmp_path = tmp_path_factory.mktemp("ddp_ref")
-    args = ddp_args(tmp_path, fashion_data, "logs", devices=2, nodes=1)
+    args = ddp_args(tmp_path, ddp_tiny, "logs", devices=2, nodes=1)
     proc = subprocess.run(
         [sys.executable, "-m", "project.fit", *args],
         cwd=tmp_path,
-        env=clean_env(),
+        env=with_site(clean_env(), ddp_tiny),
         capture_output=True,
         text=True,
         timeout=600,
@@ -332,16 +478,16 @@ def one_node_two_processes(fashion_data, tmp_path_factory):
 
 @pytest.mark.slow
 def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
-    one_node_two_processes, fashion_data, tmp_path
+    one_node_two_processes, ddp_tiny, tmp_path
 ):
     """2 nodes x 1 task as ``srun`` starts scripts/slurm.sbatch's command (each task's SLURM_* variables, the
     node list naming the first node, the port Lightning derives from the job id), on 127.0.0.1: one run folder,
     one results.json, and the result and weights of 1 node x 2 processes."""
     job, _ = free_port_for_slurm()
-    args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
+    args = ddp_args(tmp_path, ddp_tiny, "logs", devices=1, nodes=2)
     procs = []
     for node in (0, 1):
-        env = slurm_task(job, node, 2)
+        env = with_site(slurm_task(job, node, 2), ddp_tiny)
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "project.fit", *args],
@@ -359,13 +505,13 @@ def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
 
 @pytest.mark.slow
 def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
-    one_node_two_processes, fashion_data, tmp_path
+    one_node_two_processes, ddp_tiny, tmp_path
 ):
     """2 nodes x 1 process started as deploy/kubernetes/train/train.yaml starts them (its torchrun arguments, node rank
     from the pod's completion index; here 1 CPU process per node, master on 127.0.0.1): one run folder, one
     results.json, the result of 1 node x 2 processes."""
     _, port = free_port_for_slurm()
-    args = ddp_args(tmp_path, fashion_data, "logs", devices=1, nodes=2)
+    args = ddp_args(tmp_path, ddp_tiny, "logs", devices=1, nodes=2)
     procs = []
     for node in (0, 1):
         torchrun = job_torchrun_args(node, port)
@@ -374,7 +520,7 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
             subprocess.Popen(
                 [sys.executable, "-m", "project.cli.torchrun", *torchrun, *args],  # as the image runs torchrun
                 cwd=tmp_path,
-                env=clean_env(),
+                env=with_site(clean_env(), ddp_tiny),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -383,16 +529,14 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
 
 
-def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_data, tmp_path):
+def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(tiny, tmp_path, monkeypatch):
     """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch (no SLURM variables, as the kubelet stops it) saves a
     checkpoint at that step; replaced, it runs the same command with the same PROJECT_JOB_ID (the Job's uid) and
     resumes the run that Job started, in place, from that checkpoint, with the uninterrupted result."""
-    args = resume_args(fashion_data, tmp_path / "logs", "helpers.Sigterm")
-    ref = fit([*args, "--trainer.logger.init_args.name", "ref"], tmp_path, clean_env())
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    (ref_run,) = run_dirs(tmp_path / "logs")
+    args = resume_args(tiny, tmp_path / "logs", "helpers.Sigterm")
+    ref_run = reference_run(args, tmp_path, monkeypatch)
     uid = "3f6c1a52-9d1e-4c1b-8f0e-6a7b2c9d0e11"
-    first = fit(args, tmp_path, clean_env(PROJECT_JOB_ID=uid, SIGTERM_AT="15"))
+    first = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid, SIGTERM_AT="15"), tiny))
     assert first.returncode == -signal.SIGTERM, first.stderr[-3000:]
     (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
     assert not (run / "results.json").exists()
@@ -400,7 +544,7 @@ def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(fashion_d
     assert torch.load(sigterm_ckpt, map_location="cpu", weights_only=True)["global_step"] == 15
     assert f"SIGTERM: saved {sigterm_ckpt}" in first.stderr
     # the replacement pod: same command, same Job uid
-    second = fit(args, tmp_path, clean_env(PROJECT_JOB_ID=uid))
+    second = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid), tiny))
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"job {uid} was requeued" in second.stderr and "from hpc_ckpt_1.ckpt" in second.stderr
     job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)

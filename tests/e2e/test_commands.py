@@ -5,33 +5,38 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from helpers import REPO, own_data, results, run_dirs, run_main, tiny_args
 from PIL import Image
 
 from project import evaluate, predict, summarize
 from project.summary import plots
 
-EVIL = """
-import os, sys, torch
+
 class Evil:
+    """Unpickled, it runs ``touch MARKER`` (``os.system``): a checkpoint that carries code."""
+
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
     def __reduce__(self):
-        return (os.system, ("touch " + sys.argv[2],))
-torch.save({"state_dict": {}, "loops": {}, "payload": Evil()}, sys.argv[1])
-"""
+        return (os.system, ("touch " + self.marker,))
 
 
 @pytest.fixture
-def trained(tiny_mnist, tmp_path, monkeypatch):
-    """A finished 3-epoch tiny run; returns its run folder."""
-    monkeypatch.chdir(tmp_path)
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.max_epochs", "3")) == 0
-    (run,) = run_dirs(tmp_path / "logs")
+def trained(trained_run, tiny_mnist, tmp_path):
+    """A copy of the session's finished 2-epoch tiny run in ``tmp_path/logs`` (the commands write into it); returns
+    its run folder. ``tiny_mnist``: the md5 tables of the data it trained on (the same seeded archives)."""
+    run = tmp_path / "logs" / "tiny" / "version_0"
+    shutil.copytree(trained_run, run)
     return run
 
 
@@ -65,7 +70,7 @@ def test_evaluate_reproduces_the_runs_test_accuracy(trained, capsys):
     assert run_dirs(trained.parent.parent) == [trained]  # evaluating wrote no new run
 
 
-def test_commands_leave_nothing_in_the_working_directory(trained, tiny_mnist, tmp_path, monkeypatch):
+def test_commands_leave_nothing_in_the_working_directory(trained, tmp_path, monkeypatch):
     """evaluate and predict rebuild the run without a logger: no config.yaml in the working directory, and
     predicting on image files needs (and imports) nothing of the data set."""
     elsewhere = tmp_path / "elsewhere"
@@ -135,7 +140,11 @@ def test_predict_refuses_a_batch_limit_that_would_leave_inputs_out(limit, traine
 
 def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path, capsys):
     evil, marker = trained / "checkpoints" / "evil.ckpt", tmp_path / "pwned"
-    subprocess.run([sys.executable, "-c", EVIL, str(evil), str(marker)], check=True)
+    torch.save({"state_dict": {}, "loops": {}, "payload": Evil(marker)}, evil)
+    # the copy's config names its own logs folder, as the run's own did (a fit that went ahead would write there)
+    config = yaml.safe_load((trained / "config.yaml").read_text())
+    config["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path / "logs")
+    (trained / "config.yaml").write_text(yaml.safe_dump(config))
     image = tmp_path / "x.png"
     Image.new("L", (28, 28)).save(image)
     capsys.readouterr()
@@ -148,13 +157,13 @@ def test_commands_refuse_a_crafted_checkpoint_and_run_no_code(trained, tmp_path,
         assert command() == 2
         err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
         assert len(err) == 1 and "evil.ckpt" in err[0] and "unsafe" in err[0], err
-    assert not marker.exists()
+    assert not marker.exists() and run_dirs(tmp_path / "logs") == [trained]
 
 
-def test_predict_matches_the_test_path_and_refuses_hostile_images(trained, tiny_mnist, tmp_path, capsys):
+def test_predict_matches_the_test_path_and_refuses_hostile_images(trained, tmp_path, capsys):
     from project.data.modules import MNISTDataModule
 
-    dm = MNISTDataModule(data_dir=str(tiny_mnist["data"]), val_size=100)
+    dm = MNISTDataModule(data_dir=own_data(trained)[1], val_size=100)  # the data the run trained on
     dm.setup("test")
     images = tmp_path / "images"
     (images / "sub").mkdir(parents=True)
@@ -193,11 +202,15 @@ def test_predict_matches_the_test_path_and_refuses_hostile_images(trained, tiny_
     assert all(float(r["top1_prob"]) >= float(r["top2_prob"]) >= float(r["top3_prob"]) for r in rows)
 
 
+# short runs for summarize: 2 training steps and 1 validation batch an epoch (the whole test set)
+SHORT = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+
+
 def test_summarize_groups_seeds_and_tells_configs_apart(tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     for seed in (1, 2, 3):
-        assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--seed_everything", str(seed))) == 0
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--model.optimizer.lr", "0.05")) == 0
+        assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *SHORT, "--seed_everything", str(seed))) == 0
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *SHORT, "--model.optimizer.lr", "0.05")) == 0
     runs_ = run_dirs(tmp_path / "logs")
     accs = [results(r)["test_acc"] for r in runs_[:3]]
     (tmp_path / "logs" / "tiny" / "version_9").mkdir()  # an unfinished run
@@ -232,13 +245,15 @@ def test_summarize_groups_seeds_and_tells_configs_apart(tiny_mnist, tmp_path, mo
     assert summarize.main([str(tmp_path / "nothing")]) == 2
 
 
-def test_summarize_reads_the_validation_curve_from_event_files(trained):
-    steps, values = plots.val_curves(trained)
-    assert len(steps) == 3 and steps == sorted(steps) and all(0 <= v <= 1 for v in values)
-    assert max(values) == pytest.approx(results(trained)["best_val_acc"], abs=1e-6)
+def test_summarize_reads_the_validation_curve_from_event_files(trained_run):
+    """``trained_run``: the session's 2-epoch run, read only."""
+    steps, values = plots.val_curves(trained_run)
+    assert len(steps) == results(trained_run)["epochs"] == 2  # one point per epoch
+    assert steps == sorted(steps) and all(0 <= v <= 1 for v in values)
+    assert max(values) == pytest.approx(results(trained_run)["best_val_acc"], abs=1e-6)
 
 
-def test_trainer_predict_works_on_the_test_set_and_on_files(trained, tiny_mnist, tmp_path):
+def test_trainer_predict_works_on_the_test_set_and_on_files(trained, tmp_path):
     """``Trainer.predict(model, datamodule=dm)``: probabilities whose argmax gives the run's test accuracy."""
     from project.checkpoints import load_checkpoint
     from project.cli.commands import cli_for_run
@@ -277,19 +292,18 @@ def test_export_matches_eager_outputs(trained, fmt, capsys):
     assert not list(trained.glob(".*tmp*"))  # no temporary left behind
 
 
-def test_export_of_a_pruned_run_compresses_and_bad_input_is_one_error(tiny_mnist, tmp_path, monkeypatch, capsys):
+def test_export_of_a_pruned_run_compresses_and_bad_input_is_one_error(pruned_run, tiny_mnist, tmp_path, capsys):
+    """``pruned_run``: the session's run pruned to 60 % by its last epoch (copied: export writes into it);
+    ``tiny_mnist``: the md5 tables of the data it trained on."""
     from project import export
 
-    monkeypatch.chdir(tmp_path)
-    pruned = ["--config", "configs/pruning.yaml", "--trainer.max_epochs", "2"]
-    monkeypatch.chdir(REPO)  # the overlay's relative path
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *pruned)) == 0
-    (run,) = run_dirs(tmp_path / "logs")
+    run = tmp_path / "logs" / "tiny" / "version_0"
+    shutil.copytree(pruned_run, run)
     out = tmp_path / "out" / "lenet.onnx"
     assert export.main([str(run), *own_data(run), "--ckpt", "last", "--out", str(out), "--repeats", "1"]) == 0
     record = json.loads((run / "export.json").read_text())["onnx"]
     assert out.is_file() and record["max_abs_diff"] <= 1e-4
-    assert record["gzip_bytes"] < 0.75 * record["bytes"]  # half the weights are exact zeros
+    assert record["gzip_bytes"] < 0.75 * record["bytes"]  # 60 % of the weights are exact zeros
     capsys.readouterr()
     (tmp_path / "empty").mkdir()
     for argv in ([str(tmp_path / "empty")], [str(run), "--out", str(tmp_path)], [str(run), "--format", "tflite"]):

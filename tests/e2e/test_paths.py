@@ -265,14 +265,15 @@ def test_every_checkpoint_loads_strictly_and_resumes_with_its_masks(permanent, t
     def pruning():
         return Pruning(amount=0.5, start_epoch=0, end_epoch=1, make_pruning_permanent=permanent)
 
-    trainer = tiny_trainer(tmp_path, [pruning()], 1)
+    # pruning steps at epoch ends: 2 training batches an epoch are enough
+    trainer = tiny_trainer(tmp_path, [pruning()], 1, limit_train_batches=2)
     trainer.fit(ImageClassifier(), datamodule=tiny_data(tiny_mnist))
     path = tmp_path / "mid.ckpt"
     trainer.save_checkpoint(path)  # mid-schedule: 0.25 of 0.5 pruned
     model = ImageClassifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)  # strict
     zeros_mid = {f"net.{n}": p == 0 for n, p in model.net.named_parameters() if n.endswith("weight")}
     assert sum(int(z.sum()) for z in zeros_mid.values()) > 0.24 * sum(z.numel() for z in zeros_mid.values())
-    resumed = tiny_trainer(tmp_path, [cb := pruning()], 2)
+    resumed = tiny_trainer(tmp_path, [cb := pruning()], 2, limit_train_batches=2)
     model2 = ImageClassifier()
     resumed.fit(model2, datamodule=tiny_data(tiny_mnist), ckpt_path=path, weights_only=True)
     weights = {n: p for n, p in cb.named_targets()}
@@ -286,7 +287,8 @@ def test_every_checkpoint_loads_strictly_and_resumes_with_its_masks(permanent, t
 def test_checkpoint_dirpath_on_a_url(tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     url = "memory://ckpts/tiny"
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--checkpoint.dirpath", url)) == 0
+    short = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *short, "--checkpoint.dirpath", url)) == 0
     fs = fsspec.filesystem("memory")
     names = {p.rsplit("/", 1)[-1] for p in fs.ls("/ckpts/tiny", detail=False)}
     assert "last.ckpt" in names and len(names) == 2
@@ -318,6 +320,8 @@ def test_tuned_configs_use_their_fast_path(config, tiny_mnist, tiny_cifar, tmp_p
         "50",
         "--trainer.max_epochs",
         "1",
+        "--trainer.limit_train_batches",
+        "2",
         "--trainer.enable_progress_bar",
         "false",
         "--trainer.logger.init_args.save_dir",

@@ -8,15 +8,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-from helpers import REPO, alive, descendants, results, run_dirs, run_main, run_module, tiny_args
+from helpers import REPO, alive, descendants, results, run_dirs, run_main, tiny_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from project.data import MNISTDataModule
 from project.module import ImageClassifier
 
 STEP_LR = [
@@ -42,7 +44,66 @@ def lrs(run) -> dict[int, float]:
     return {e.step: e.value for e in acc.Scalars("lr-SGD")}
 
 
-def test_resume_continues_exactly(tiny_mnist, tmp_path, monkeypatch):
+# The tests below that are about processes (kill -9, DDP) start ``python -m project.fit`` on the tiny MNIST-format
+# data set (tests/tiny_data.py), prepared in this process. Its files are not MNIST's: the md5 sums a child checks them
+# against are patched in the child itself, by PATCH before its script (:func:`child`).
+PATCH = """
+import hashlib, sys
+from pathlib import Path
+from project.data import archives
+raw = Path(sys.argv.pop(1))
+archives.RAW_MD5["MNIST"] = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
+"""
+FIT = 'import runpy\nrunpy.run_module("project.fit", run_name="__main__", alter_sys=True)\n'  # python -m project.fit
+
+
+@pytest.fixture
+def tiny_data_dir(tiny_mnist) -> Path:
+    """The tiny MNIST data set imported into a data_dir (in this process, whose md5 tables ``tiny_mnist`` patched);
+    returns the data_dir."""
+    MNISTDataModule(data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"])).prepare_data()
+    return tiny_mnist["data"]
+
+
+def tiny_cli(data_dir: Path, logs: str | Path, *extra: str) -> list[str]:
+    """``fit`` arguments for a child on the prepared tiny data (500 train / 100 val / 100 test images, batches of 50:
+    10 steps an epoch): :func:`helpers.tiny_args` without ``data.source_dir``, which the child does not need."""
+    args = tiny_args({"data": data_dir, "source": ""}, logs, *extra)
+    at = args.index("--data.source_dir")
+    return args[:at] + args[at + 2 :]
+
+
+def child(script: str, data_dir: Path, args: list[str]) -> list[str]:
+    """The command line of ``python -c SCRIPT ARGS`` (:data:`FIT`: ``python -m project.fit ARGS``) on the tiny data
+    set in ``data_dir``: :data:`PATCH` first, which takes its own argument (the ``raw`` folder) off ``sys.argv``."""
+    return [sys.executable, "-c", PATCH + script, str(data_dir / "MNIST" / "raw"), *args]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """A child's environment: this one, unbuffered output, ``tests/`` on ``PYTHONPATH`` (for the test-only
+    callbacks of tests/helpers.py), one OpenMP thread (on a busy 2-core machine two threads per process make each
+    training step several times slower), and ``extra``."""
+    path = os.pathsep.join(filter(None, [str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **extra}
+
+
+def fit(data_dir: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``python -m project.fit ARGS`` on the tiny data set in ``cwd`` (text output), as helpers.run_module does."""
+    cmd = child(FIT, data_dir, args)
+    return subprocess.run(cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for a run in this process (restored after): on a busy 2-core machine two threads make
+    each training step several times slower, and a resume must equal a straight run whatever the count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_resume_continues_exactly(tiny_mnist, tmp_path, monkeypatch, one_thread):
     monkeypatch.chdir(tmp_path)
     assert run_main(tiny_args(tiny_mnist, tmp_path / "a", "--trainer.max_epochs", "3", *STEP_LR)) == 0
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", "--trainer.max_epochs", "2", *STEP_LR)) == 0
@@ -98,77 +159,53 @@ def test_diverging_run_stops_with_a_clear_message(tiny_mnist, tmp_path, monkeypa
     assert step < 10  # within the first epoch (10 steps)
 
 
-def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(fashion_data, tmp_path):
-    """SIGKILL a real run mid-epoch; last.ckpt is whole; resuming ends where an uninterrupted run ends."""
+def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(tiny_data_dir, tmp_path, monkeypatch, one_thread):
+    """SIGKILL a run mid-epoch; last.ckpt is whole; resuming ends where an uninterrupted run ends. The killed run is
+    a process of its own; the uninterrupted run and the resume run in this one."""
+    monkeypatch.chdir(tmp_path)
+    # in-memory batches, AdamW and a one-cycle schedule, as configs/fashion_mnist.yaml trains (state a resume must
+    # restore), at a rate that leaves the accuracies below 1
     base = [
-        "--config",
-        str(REPO / "configs/fashion_mnist.yaml"),
-        "--data.data_dir",
-        str(fashion_data),
-        "--data.num_workers",
-        "0",
-        "--trainer.limit_train_batches",
-        "40",
-        "--trainer.limit_val_batches",
-        "5",
-        "--trainer.limit_test_batches",
-        "5",
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.deterministic",
-        "true",
-        "--trainer.max_epochs",
-        "3",
+        *("--data.in_memory", "true", "--trainer.deterministic", "true", "--trainer.max_epochs", "3"),
+        *("--model.optimizer", "torch.optim.AdamW", "--model.optimizer.lr", "0.0002"),
+        *("--model.lr_scheduler", "torch.optim.lr_scheduler.OneCycleLR", "--model.lr_scheduler.max_lr", "0.0002"),
     ]
-    straight = run_module([*base, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    # killed at step 50, mid-epoch 1 (40 steps an epoch): at a known point, however fast the machine trains
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KILL_AT": "50", "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO}"}
-    killed = [*base, "--trainer.logger.init_args.save_dir", "b", "--trainer.callbacks+=helpers.KillAt"]
+    assert run_main(tiny_cli(tiny_data_dir, "a", *base)) == 0
+    # killed at step 15, mid-epoch 1 (10 steps an epoch): at a known point, however fast the machine trains
+    killed = tiny_cli(tiny_data_dir, "b", *base, "--trainer.callbacks+=helpers.KillAt")
     proc = subprocess.run(
-        [sys.executable, "-m", "project.fit", *killed],
+        child(FIT, tiny_data_dir, killed),
         cwd=tmp_path,
-        env=env,
+        env=child_env(KILL_AT="15"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         timeout=600,
     )
     assert proc.returncode == -signal.SIGKILL
-    ckpt_dir = tmp_path / "b" / "fashion_mnist" / "version_0" / "checkpoints"
+    ckpt_dir = tmp_path / "b" / "tiny" / "version_0" / "checkpoints"
     last = ckpt_dir / "last.ckpt"
     ckpt = torch.load(last, map_location="cpu", weights_only=False)
     assert ckpt["epoch"] in (0, 1) and "state_dict" in ckpt
-    resumed = run_module([*base, "--trainer.logger.init_args.save_dir", "b", "--ckpt_path", str(last)], cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert run_main(tiny_cli(tiny_data_dir, "b", *base, "--ckpt_path", str(last))) == 0
     assert not list(ckpt_dir.glob(".*.tmp"))  # a write cut short by the kill left a temp file: the next save removes it
     ra = results(run_dirs(tmp_path / "a")[0])
     rb = results(run_dirs(tmp_path / "b")[-1])
-    assert rb["global_step"] == ra["global_step"] == 120
+    assert rb["global_step"] == ra["global_step"] == 30
     assert rb["test_acc"] == pytest.approx(ra["test_acc"], abs=1e-6)
     assert rb["best_val_acc"] == pytest.approx(ra["best_val_acc"], abs=1e-6)
+    assert rb["test_loss"] == pytest.approx(ra["test_loss"], abs=1e-6)  # 100 test images: the loss tells runs apart
 
 
 @pytest.mark.slow
-def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
-    proc = run_module(
-        [
-            "--config",
-            str(REPO / "configs/fashion_mnist.yaml"),
-            "--config",
-            str(REPO / "configs/trainer/ddp_cpu.yaml"),
-            "--data.data_dir",
-            str(fashion_data),
-            "--data.num_workers",
-            "0",
-            "--trainer.max_epochs",
-            "1",
-            "--trainer.limit_train_batches",
-            "30",
-            "--trainer.enable_progress_bar",
-            "false",
-        ],
-        cwd=tmp_path,
-    )
+def test_ddp_two_cpu_processes(tiny_data_dir, tmp_path):
+    """configs/trainer/ddp_cpu.yaml: two DDP processes on the CPU train one run, each rank its share of the data.
+    Rank 1, which Lightning starts as ``python -m project.fit`` (without :data:`PATCH`), only reads the data: rank 0
+    prepares (and md5-checks) it."""
+    args = [
+        *("--config", str(REPO / "configs/trainer/ddp_cpu.yaml")),
+        *("--model.optimizer", "torch.optim.AdamW", "--model.optimizer.lr", "0.005"),  # 5 steps a rank learn it
+    ]
+    proc = fit(tiny_data_dir, tiny_cli(tiny_data_dir, "logs", *args), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = run_dirs(tmp_path / "logs")
     assert len(runs) == 1
@@ -176,7 +213,7 @@ def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
     assert len(list(tmp_path.rglob("results.json"))) == 1
     r = results(run)
     assert r["world_size"] == 2
-    assert r["test_samples"] == 10_000  # every test image once, across both ranks
+    assert r["test_samples"] == 100  # every test image once, across both ranks
     assert r["test_acc"] > 0.5
     assert len(list((run / "checkpoints").glob("*.ckpt"))) == 2
     events = list(run.glob("events.out.tfevents.*"))
@@ -184,39 +221,35 @@ def test_ddp_two_cpu_processes_on_real_data(fashion_data, tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_kill_9_leaves_no_orphan_processes(fashion_data, tmp_path):
+def test_kill_9_leaves_no_orphan_processes(tiny_data_dir, tmp_path):
     """Loader workers, their fork server and the resource tracker all go when training is killed.
 
     Was flaky on loaded machines: a worker still unpickling its dataset when training died reached ``worker_init``
     with its server already gone, asked the kernel too late and lived on (with the tracker it keeps open); the
     race itself is tests/data/test_workers.py."""
     args = [
-        "--config",
-        str(REPO / "configs/fashion_mnist.yaml"),
-        "--data.data_dir",
-        str(fashion_data),
-        "--data.in_memory",
-        "false",
-        "--data.num_workers",
-        "2",
-        "--data.persistent_workers",
-        "true",
-        "--trainer.enable_progress_bar",
-        "false",
+        *("--data.in_memory", "false", "--data.num_workers", "2", "--data.persistent_workers", "true"),
+        *("--trainer.max_epochs", "1000"),  # still training when it is killed
     ]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "project.fit", *args], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        child(FIT, tiny_data_dir, tiny_cli(tiny_data_dir, "logs", *args)),
+        cwd=tmp_path,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 120
     kids: set[int] = set()
-    while time.time() < deadline and proc.poll() is None:
-        kids = descendants(proc.pid)
-        if len(kids) >= 4:  # resource tracker, fork server, 2 workers
-            break
-        time.sleep(0.2)
-    assert len(kids) >= 4, kids
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            kids = descendants(proc.pid)
+            if len(kids) >= 4:  # resource tracker, fork server, 2 workers
+                break
+            time.sleep(0.2)
+        assert len(kids) >= 4, kids
+    finally:
+        proc.send_signal(signal.SIGKILL)  # also when the workers never came: no run left training
+        proc.wait()
     deadline = time.time() + 30  # the kernel's parent-death signal; a loaded machine schedules it late
     while time.time() < deadline and any(alive(p) for p in kids):
         time.sleep(0.2)
@@ -234,7 +267,7 @@ save, calls = torch.save, []
 
 def blocking_save(obj, f, *a, **k):
     calls.append(1)
-    if len(calls) > 2:  # epoch 0 wrote its best and last checkpoints; block inside the next write
+    if len(calls) > 1:  # epoch 0 wrote last.ckpt; block inside its next write
         f.write(b"half a checkpoint")
         f.flush()
         marker.touch()
@@ -247,27 +280,16 @@ sys.exit(main(args))
 """
 
 
-def test_kill_during_a_checkpoint_write_keeps_the_previous_last_ckpt(fashion_data, tmp_path):
+def test_kill_during_a_checkpoint_write_keeps_the_previous_last_ckpt(tiny_data_dir, tmp_path, monkeypatch, one_thread):
+    """The killed run is a process of its own; the resume runs in this one."""
     marker = tmp_path / "writing"
-    args = [
-        "--config",
-        str(REPO / "configs/fashion_mnist.yaml"),
-        "--data.data_dir",
-        str(fashion_data),
-        "--data.num_workers",
-        "0",
-        "--trainer.limit_train_batches",
-        "5",
-        "--trainer.limit_val_batches",
-        "2",
-        "--trainer.max_epochs",
-        "3",
-        "--trainer.enable_progress_bar",
-        "false",
-    ]
+    # no top-k checkpoints: every write is last.ckpt's, so the one cut short is a write of last.ckpt itself
+    limits = ("--trainer.limit_train_batches", "5", "--trainer.max_epochs", "3", "--checkpoint.save_top_k", "0")
+    args = tiny_cli(tiny_data_dir, "logs", *limits)
     proc = subprocess.Popen(
-        [sys.executable, "-c", BLOCKING_SAVE, str(marker), *args],
+        child(BLOCKING_SAVE, tiny_data_dir, [str(marker), *args]),
         cwd=tmp_path,
+        env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -280,6 +302,6 @@ def test_kill_during_a_checkpoint_write_keeps_the_previous_last_ckpt(fashion_dat
     (run,) = run_dirs(tmp_path / "logs")
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 5 and ckpt["epoch"] == 0  # the complete checkpoint of epoch 0
-    resumed = run_module([*args, "--ckpt_path", "last"], cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    assert run_main([*args, "--ckpt_path", "last"]) == 0
     assert results(run)["global_step"] == 15

@@ -14,6 +14,7 @@ from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups, metadata
+from tiny_data import make_tiny_mnist
 
 from project.report.results import HP_METRICS, HPARAMS_RUN
 
@@ -61,25 +62,31 @@ def backend(logdir: Path) -> backend_context.Context:
     return backend_context.Context(base_plugin.TBContext(logdir=str(logdir), data_provider=provider))
 
 
-@pytest.fixture
-def logdir(tiny_mnist, tmp_path, monkeypatch) -> Path:
-    """``logs`` with 3 fit runs (experiment ``tiny``, seeds 1-3) and 2 trials of a sweep ``lr`` (lr 0.01, 0.03)."""
-    monkeypatch.chdir(tmp_path)
-    logs = tmp_path / "logs"
-    for seed in (1, 2, 3):
-        assert run_main(tiny_args(tiny_mnist, logs, "--seed_everything", str(seed))) == 0
-    for number, lr in enumerate((0.01, 0.03)):
-        trial = [
-            "--trainer.callbacks+=project.sweep.ReportToStudy",  # in every trial; it adds the trial's columns
-            "--trainer.callbacks+=test_hparams_tab.TrialFile",
-            "--trainer.callbacks.number",
-            str(number),
-            "--trainer.callbacks.lr",
-            str(lr),
-            "--model.optimizer.lr",
-            str(lr),
-        ]
-        assert run_main(tiny_args(tiny_mnist, logs, *trial, name="lr")) == 0
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory) -> Path:
+    """``logs`` with 3 fit runs (experiment ``tiny``, seeds 1-3) and 2 trials of a sweep ``lr`` (lr 0.01, 0.03), built
+    once for the module (read it, don't change it); each run 2 training steps and 1 validation batch, on
+    :func:`make_tiny_mnist` data whose md5 tables are patched only while they train."""
+    root = tmp_path_factory.mktemp("hparams_tab")
+    logs = root / "logs"
+    short = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    with pytest.MonkeyPatch.context() as mp:
+        tiny_mnist = make_tiny_mnist(root / "mnist", mp)
+        mp.chdir(root)
+        for seed in (1, 2, 3):
+            assert run_main(tiny_args(tiny_mnist, logs, *short, "--seed_everything", str(seed))) == 0
+        for number, lr in enumerate((0.01, 0.03)):
+            trial = [
+                "--trainer.callbacks+=project.sweep.ReportToStudy",  # in every trial; it adds the trial's columns
+                "--trainer.callbacks+=test_hparams_tab.TrialFile",
+                "--trainer.callbacks.number",
+                str(number),
+                "--trainer.callbacks.lr",
+                str(lr),
+                "--model.optimizer.lr",
+                str(lr),
+            ]
+            assert run_main(tiny_args(tiny_mnist, logs, *short, *trial, name="lr")) == 0
     return logs
 
 

@@ -4,12 +4,17 @@ uninterrupted run, bit for bit (CPU, ``deterministic: true``)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, results, run_dirs, run_main, run_module, tiny_args
+from helpers import REPO, results, run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import Callback
+
+from project.data import FashionMNISTDataModule
 
 SGD = [
     "--model.optimizer",
@@ -58,6 +63,23 @@ class StopAt(Callback):
             trainer.should_stop = True
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Callable[..., Path]:
+    """``uninterrupted(paths, *args)``: the run folder of an uninterrupted ``fit`` of :func:`helpers.tiny_args` with
+    ``args`` on the tiny data in ``paths``, trained once per ``args`` for the whole module (the tiny data set is the
+    same, byte for byte, in every test) and shared by the cases that compare with it. Read it, don't change it."""
+    runs: dict[tuple[str, ...], Path] = {}
+
+    def run(paths: dict, *args: str) -> Path:
+        if args not in runs:
+            logs = tmp_path_factory.mktemp("uninterrupted")
+            assert run_main(tiny_args(paths, logs, *args)) == 0
+            (runs[args],) = run_dirs(logs)
+        return runs[args]
+
+    return run
+
+
 def weights(run: Path) -> dict[str, torch.Tensor]:
     return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
 
@@ -74,60 +96,86 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loader", list(LOADERS))
-@pytest.mark.parametrize("step", [24, 20], ids=["mid_epoch", "epoch_end"])
-def test_resume_from_any_step_ends_with_the_uninterrupted_weights(loader, step, tiny_mnist, tmp_path, monkeypatch):
-    """3 epochs of 10 steps, stopped after step 24 (4 batches into epoch 2, e.g. a SLURM requeue) or at the end of
-    epoch 1 (step 20) and resumed from there: the uninterrupted run's weights and results."""
+@pytest.mark.parametrize("step", [14, 10], ids=["mid_epoch", "epoch_end"])
+def test_resume_from_any_step_ends_with_the_uninterrupted_weights(
+    loader, step, uninterrupted, tiny_mnist, tmp_path, monkeypatch
+):
+    """2 epochs of 10 steps, stopped after step 14 (4 batches into epoch 1, e.g. a SLURM requeue) or at the end of
+    epoch 0 (step 10) and resumed from there: the uninterrupted run's weights and results (that run is trained once
+    per loader, for both resume points)."""
     monkeypatch.chdir(tmp_path)
-    args = [*ONE_CYCLE, *LOADERS[loader], "--trainer.max_epochs", "3"]
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "a", *args)) == 0
+    args = [*ONE_CYCLE, *LOADERS[loader], "--trainer.max_epochs", "2"]
+    straight = uninterrupted(tiny_mnist, *args)
     stop = ["--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", str(step)]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, *stop)) == 0
-    (straight,), (run,) = run_dirs(tmp_path / "a"), run_dirs(tmp_path / "b")
+    (run,) = run_dirs(tmp_path / "b")
     ckpt = run / "checkpoints" / ("at.ckpt" if step % 10 else "last.ckpt")
     assert torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"] == step
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "--ckpt_path", str(ckpt))) == 0
     assert run_dirs(tmp_path / "b") == [run]  # resumed in place
-    assert results(run)["global_step"] == 30
+    assert results(run)["global_step"] == 20
     assert_same_run(straight, run)
 
 
 @pytest.mark.slow
-def test_resume_mid_epoch_with_workers_and_a_plain_schedule(tiny_mnist, tmp_path, monkeypatch):
+def test_resume_mid_epoch_with_workers_and_a_plain_schedule(uninterrupted, tiny_mnist, tmp_path, monkeypatch):
     """Without a length-sized scheduler the fit loop builds the training loader itself, after the checkpoint's loop
-    state is restored (the one-cycle runs above build it earlier, in ``configure_optimizers``): exact too."""
+    state is restored (the one-cycle runs above build it earlier, in ``configure_optimizers``): exact too (2 epochs,
+    stopped after step 17, 7 batches into epoch 1)."""
     monkeypatch.chdir(tmp_path)
-    args = [*STEP_LR, *LOADERS["workers_2"], "--trainer.max_epochs", "3"]
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "a", *args)) == 0
+    args = [*STEP_LR, *LOADERS["workers_2"], "--trainer.max_epochs", "2"]
+    straight = uninterrupted(tiny_mnist, *args)
     stop = ["--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "17"]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, *stop)) == 0
-    (straight,), (run,) = run_dirs(tmp_path / "a"), run_dirs(tmp_path / "b")
+    (run,) = run_dirs(tmp_path / "b")
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "--ckpt_path", str(run / "checkpoints/at.ckpt"))) == 0
     assert_same_run(straight, run)
 
 
+# ``python -c FIT RAW ARGS``: ``python -m project.fit ARGS`` on the tiny data set, imported (in the test's process,
+# whose md5 tables ``tiny_mnist`` patched) as Fashion-MNIST into RAW's data_dir. Its files are not Fashion-MNIST's, so
+# the child checks them against md5 sums it patches itself (RAW, the data set's ``raw`` folder, is taken off
+# ``sys.argv``); the second DDP process, which Lightning starts as ``python -m project.fit ARGS``, only sets up.
+FIT = """
+import hashlib, runpy, sys
+from pathlib import Path
+from project.data import archives
+raw = Path(sys.argv.pop(1))
+archives.RAW_MD5["FashionMNIST"] = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
+runpy.run_module("project.fit", run_name="__main__", alter_sys=True)
+"""
+
+
+def fit_process(raw: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``python -m project.fit ARGS`` (through :data:`FIT`) in ``cwd``; returns the completed process."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-c", FIT, str(raw), *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("loader", ["in_memory", "workers_2"])
-def test_ddp_resume_mid_epoch_is_exact(loader, fashion_data, tmp_path, monkeypatch):
+def test_ddp_resume_mid_epoch_is_exact(loader, tiny_mnist, tmp_path, monkeypatch):
     """Two DDP processes on the CPU (each rank its DistributedSampler shard), stopped after step 14 (4 batches into
-    epoch 1) and resumed: the uninterrupted run's weights, bit for bit."""
+    epoch 1) and resumed: the uninterrupted run's weights, bit for bit. The Fashion-MNIST recipe on the tiny data
+    set (500 train images, 250 a rank in batches of 25: 10 steps an epoch)."""
     path = [str(Path(__file__).parent), str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    FashionMNISTDataModule(data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"])).prepare_data()
+    raw = tiny_mnist["data"] / "FashionMNIST" / "raw"
     args = [
         "--config",
         str(REPO / "configs/fashion_mnist.yaml"),
         "--config",
         str(REPO / "configs/trainer/ddp_cpu.yaml"),
         "--data.data_dir",
-        str(fashion_data),
+        str(tiny_mnist["data"]),
+        "--data.val_size",
+        "100",
+        "--data.batch_size",
+        "25",
         *LOADERS[loader],
         "--trainer.max_epochs",
-        "2",
-        "--trainer.limit_train_batches",
-        "10",
-        "--trainer.limit_val_batches",
-        "2",
-        "--trainer.limit_test_batches",
         "2",
         "--trainer.enable_progress_bar",
         "false",
@@ -136,30 +184,34 @@ def test_ddp_resume_mid_epoch_is_exact(loader, fashion_data, tmp_path, monkeypat
         "--model.channels_last",
         "false",
     ]
-    straight = run_module([*args, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
+    straight = fit_process(raw, [*args, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]
     b = [*args, "--trainer.logger.init_args.save_dir", "b"]
-    stopped = run_module(
-        [*b, "--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"], cwd=tmp_path
+    stopped = fit_process(
+        raw, [*b, "--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"], cwd=tmp_path
     )
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "b")
-    resumed = run_module([*b, "--ckpt_path", str(run / "checkpoints" / "at.ckpt")], cwd=tmp_path)
+    assert torch.load(run / "checkpoints" / "at.ckpt", map_location="cpu", weights_only=True)["global_step"] == 14
+    resumed = fit_process(raw, [*b, "--ckpt_path", str(run / "checkpoints" / "at.ckpt")], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert results(run)["world_size"] == 2
     assert_same_run(run_dirs(tmp_path / "a")[0], run)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("first", "final", "max_epochs"), [(3, 12, 3), (3, 25, -1), (20, 25, -1)])
-def test_max_steps_stop_then_resume_to_more_steps_is_exact(first, final, max_epochs, tiny_mnist, tmp_path, monkeypatch):
-    """A run stopped by ``trainer.max_steps`` (in the middle of epoch 0, or at the end of epoch 1) and resumed with
-    ``--ckpt_path last`` and a larger ``max_steps`` ends as a straight run to that step count (10 steps per epoch)."""
+@pytest.mark.parametrize(("first", "final", "max_epochs"), [(3, 12, 3), (3, 15, -1), (10, 15, -1)])
+def test_max_steps_stop_then_resume_to_more_steps_is_exact(
+    first, final, max_epochs, uninterrupted, tiny_mnist, tmp_path, monkeypatch
+):
+    """A run stopped by ``trainer.max_steps`` (in the middle of epoch 0, or at its end) and resumed with
+    ``--ckpt_path last`` and a larger ``max_steps`` ends as a straight run to that step count (10 steps per epoch;
+    the two cases that end at step 15 share their straight run)."""
     monkeypatch.chdir(tmp_path)
     args = [*STEP_LR, "--trainer.max_epochs", str(max_epochs)]
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "a", *args, "--trainer.max_steps", str(final))) == 0
+    straight = uninterrupted(tiny_mnist, *args, "--trainer.max_steps", str(final))
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "--trainer.max_steps", str(first))) == 0
-    (straight,), (run,) = run_dirs(tmp_path / "a"), run_dirs(tmp_path / "b")
+    (run,) = run_dirs(tmp_path / "b")
     assert results(run)["global_step"] == first
     resume = [*args, "--trainer.max_steps", str(final), "--ckpt_path", "last"]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *resume)) == 0
@@ -171,13 +223,13 @@ def test_max_steps_stop_then_resume_to_more_steps_is_exact(first, final, max_epo
 @pytest.mark.slow
 def test_lightning_counts_the_resumed_epoch_twice_towards_max_epochs_with_max_steps(tiny_mnist, tmp_path, monkeypatch):
     """The limit docs/reliability.md states: with ``trainer.max_steps`` set, Lightning 2.6 counts the epoch a
-    checkpoint was written in twice towards ``max_epochs``, so a resumed run that ``max_epochs`` (3 epochs, 30 steps)
-    would stop before ``max_steps`` (25) ends one epoch early, at step 20. Fails once Lightning counts right: then
+    checkpoint was written in twice towards ``max_epochs``, so a resumed run that ``max_epochs`` (2 epochs, 20 steps)
+    would stop before ``max_steps`` (15) ends one epoch early, at step 10. Fails once Lightning counts right: then
     drop that sentence."""
     monkeypatch.chdir(tmp_path)
-    args = [*STEP_LR, "--trainer.max_epochs", "3", "--trainer.max_steps"]
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "a", *args, "25")) == 0
+    args = [*STEP_LR, "--trainer.max_epochs", "2", "--trainer.max_steps"]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "a", *args, "15")) == 0
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "3")) == 0
-    assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "25", "--ckpt_path", "last")) == 0
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "15", "--ckpt_path", "last")) == 0
     (straight,), (run,) = run_dirs(tmp_path / "a"), run_dirs(tmp_path / "b")
-    assert results(straight)["global_step"] == 25 and results(run)["global_step"] == 20
+    assert results(straight)["global_step"] == 15 and results(run)["global_step"] == 10

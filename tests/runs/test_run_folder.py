@@ -7,6 +7,7 @@ Most tests run in-process on the tiny MNIST fixture; the concurrency test starts
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,19 @@ import pytest
 import torch
 import yaml
 from helpers import REPO, own_data, results, run_dirs, run_main, tiny_args
+from tiny_data import PRUNING
 
 from project import checkpoints, evaluate
 from project.errors import ConfigError
 from project.runs import claims, files, layout
+
+
+def copy_run(run: Path, logs: Path, version: int = 0) -> Path:
+    """A copy of the finished run ``run`` (a session fixture: read-only) as ``logs/tiny/version_<version>``, the
+    folder :func:`helpers.tiny_args` with ``logs`` names; returns the copy."""
+    copy = logs / "tiny" / f"version_{version}"
+    shutil.copytree(run, copy, symlinks=True)
+    return copy
 
 
 def error_lines(capsys) -> list[str]:
@@ -127,11 +137,11 @@ def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp
 
 
 @pytest.mark.slow
-def test_explicit_version_that_holds_a_run_is_refused(tiny_mnist, tmp_path, monkeypatch, capsys):
+def test_explicit_version_that_holds_a_run_is_refused(trained_run, tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
-    assert run_main(tiny_args(tiny_mnist, logs)) == 0
-    (run,) = run_dirs(logs)
+    run = copy_run(trained_run, logs)
+    assert run_dirs(logs) == [run]
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert run_main(tiny_args(tiny_mnist, logs, "--trainer.logger.init_args.version", "0")) == 2
@@ -151,14 +161,13 @@ def plant(nested: Path, file: Path, link: Path) -> None:
 
 
 @pytest.mark.slow
-def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mnist, tmp_path, monkeypatch):
+def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(trained_run, tiny_mnist, tmp_path, monkeypatch):
     """A checkpoint that loads with weights_only=True but whose RunCheckpoint state points at files and folders
     outside the run (``..`` paths, absolute paths, a link): resuming from it trains on and removes nothing
-    outside the run."""
+    outside the run (a copy of the session's finished 2-epoch run, resumed for 2 more epochs)."""
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
-    assert run_main(tiny_args(tiny_mnist, logs, "--checkpoint.save_top_k", "1")) == 0
-    (run,) = run_dirs(logs)
+    run = copy_run(trained_run, logs)
     ckpt_dir = run / "checkpoints"
     victim_dir, victim_file, link = tmp_path / "victim", tmp_path / "victim.ckpt", ckpt_dir / "link.ckpt"
     plant(victim_dir / "inner" / "precious.txt", victim_file, link)
@@ -166,7 +175,8 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
     ckpt = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
     (key,) = [k for k in ckpt["callbacks"] if k.startswith("RunCheckpoint")]
     state = ckpt["callbacks"][key]
-    assert state["dirpath"] == str(ckpt_dir.resolve())
+    assert state["dirpath"] == str((trained_run / "checkpoints").resolve())  # the run's own folder, as written
+    state["dirpath"] = str(ckpt_dir.resolve())  # the copy's, as its own checkpoint names it
     state["last_model_path"] = traversal
     state["best_model_path"] = str(victim_file)
     state["kth_best_model_path"] = str(link)
@@ -177,12 +187,12 @@ def test_crafted_checkpoint_paths_never_remove_anything_outside_the_run(tiny_mni
     link.unlink()  # the run folder itself holds no link: the paths in the state are the attack
     checkpoints.load_checkpoint(crafted)  # loads with the safe unpickler
     args = tiny_args(
-        tiny_mnist, logs, "--checkpoint.save_top_k", "1", "--trainer.max_epochs", "3", "--ckpt_path", str(crafted)
+        tiny_mnist, logs, "--checkpoint.save_top_k", "1", "--trainer.max_epochs", "4", "--ckpt_path", str(crafted)
     )
     assert run_main(args) == 0
     assert (victim_dir / "inner" / "precious.txt").read_text() == "precious.txt"
     assert victim_file.read_text() == "victim.ckpt"
-    assert results(run)["epochs"] == 3 and run_dirs(logs) == [run]
+    assert results(run)["epochs"] == 4 and run_dirs(logs) == [run]
     assert Path(results(run)["best_ckpt"]).parent == ckpt_dir.resolve()
 
 
@@ -228,11 +238,9 @@ def test_a_write_killed_midway_leaves_the_old_file(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_evaluate_never_writes_through_a_planted_link(tiny_mnist, tmp_path, monkeypatch):
+def test_evaluate_never_writes_through_a_planted_link(trained_run, tiny_mnist, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    logs = tmp_path / "logs"
-    assert run_main(tiny_args(tiny_mnist, logs)) == 0
-    (run,) = run_dirs(logs)
+    run = copy_run(trained_run, tmp_path / "logs")
     victim = tmp_path / "victim.txt"
     victim.write_text("secret")
     (run / ".eval-best-test.json.tmp").symlink_to(victim)
@@ -244,16 +252,15 @@ def test_evaluate_never_writes_through_a_planted_link(tiny_mnist, tmp_path, monk
 
 
 @pytest.mark.slow
-def test_resume_into_a_run_folder_holding_a_link_is_refused(tiny_mnist, tmp_path, monkeypatch, capsys):
+def test_resume_into_a_run_folder_holding_a_link_is_refused(trained_run, tiny_mnist, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
-    assert run_main(tiny_args(tiny_mnist, logs)) == 0
-    (run,) = run_dirs(logs)
+    run = copy_run(trained_run, logs)
     (run / "hparams.yaml").unlink()
     victim = tmp_path / "victim.yaml"  # does not exist: Lightning would create it through the link
     (run / "hparams.yaml").symlink_to(victim)
     capsys.readouterr()
-    assert run_main(tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "2", "--ckpt_path", "last")) == 2
+    assert run_main(tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "3", "--ckpt_path", "last")) == 2
     (err,) = error_lines(capsys)
     assert "hparams.yaml is a symbolic link" in err
     assert not victim.exists() and not (run / "config-resume-1.yaml").exists()
@@ -343,20 +350,21 @@ def test_security_summary_names_the_guarantees():
 
 
 @pytest.mark.slow
-def test_last_means_the_newest_run_of_the_commands_own_kind(tiny_mnist, tmp_path, monkeypatch, capsys):
-    """A pruning overlay's run beside plain runs of one experiment: ``--ckpt_path last`` without the overlay
-    resumes the newest plain run; with it, the pruning run; a kind with no run is one error line."""
+def test_last_means_the_newest_run_of_the_commands_own_kind(
+    trained_run, pruned_run, tiny_mnist, tmp_path, monkeypatch, capsys
+):
+    """A pruning run beside a plain run of one experiment, the pruning run the newer (copies of the session's finished
+    plain 2-epoch and pruning 4-epoch runs): ``--ckpt_path last`` without the pruning callback resumes the plain run;
+    with it, the pruning run; a kind with no run is one error line."""
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
-    pruning = ["--config", str(REPO / "configs/pruning.yaml")]
-    assert run_main(tiny_args(tiny_mnist, logs)) == 0
-    assert run_main(tiny_args(tiny_mnist, logs, *pruning)) == 0
-    plain, pruned = run_dirs(logs)
+    plain, pruned = copy_run(trained_run, logs, 0), copy_run(pruned_run, logs, 1)
+    assert run_dirs(logs) == [plain, pruned] and results(plain)["epochs"] == 2 and results(pruned)["epochs"] == 4
     capsys.readouterr()
-    assert run_main(tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "2", "--ckpt_path", "last")) == 0
-    assert results(plain)["epochs"] == 2 and results(pruned)["epochs"] == 1
-    assert run_main(tiny_args(tiny_mnist, logs, *pruning, "--trainer.max_epochs", "2", "--ckpt_path", "last")) == 0
-    assert results(pruned)["epochs"] == 2 and run_dirs(logs) == [plain, pruned]
+    assert run_main(tiny_args(tiny_mnist, logs, "--trainer.max_epochs", "3", "--ckpt_path", "last")) == 0
+    assert results(plain)["epochs"] == 3 and results(pruned)["epochs"] == 4
+    assert run_main(tiny_args(tiny_mnist, logs, *PRUNING, "--trainer.max_epochs", "5", "--ckpt_path", "last")) == 0
+    assert results(pruned)["epochs"] == 5 and run_dirs(logs) == [plain, pruned]
     capsys.readouterr()
     slim = ["--config", str(REPO / "configs/slim.yaml")]
     assert run_main(tiny_args(tiny_mnist, logs, *slim, "--trainer.max_epochs", "3", "--ckpt_path", "last")) == 2
