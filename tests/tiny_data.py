@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,72 @@ def make_tiny_mnist(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     # the published sizes bound decompression (raising=False: also runs against code without the table)
     monkeypatch.setattr(archives, "RAW_SIZES", {"MNIST": raw_sizes, "FashionMNIST": raw_sizes}, raising=False)
     return {"source": source, "data": root / "data"}
+
+
+# A ``sitecustomize.py`` for the Python processes a test starts (:func:`tables_site`): it sets the tiny data set's md5
+# and size tables as soon as the project imports project.data.archives (nothing is imported earlier: torchrun's agent
+# sets its log level before torch loads), so a child's command is unchanged (``python -m project.fit ...``) and the
+# processes it starts in turn (DDP ranks, torchrun's workers) get the same tables.
+SITECUSTOMIZE = '''"""Test-only (tests/tiny_data.py): the tiny data set's md5 and size tables."""
+import importlib.machinery
+import json
+import sys
+
+TABLES = json.loads({tables!r})
+
+
+class TinyTables:
+    def find_spec(self, name, path=None, target=None):
+        if name != "project.data.archives":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            for key in ("MNIST", "FashionMNIST"):
+                module.RAW_MD5[key] = TABLES["raw_md5"]
+                module.RAW_SIZES[key] = TABLES["raw_sizes"]
+                if TABLES["resources"]:
+                    getattr(module.datasets, key).resources = [tuple(r) for r in TABLES["resources"]]
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, TinyTables())
+'''
+
+
+def tables_site(folder: Path, raw: Path | None = None) -> Path:
+    """Write ``folder/sitecustomize.py``, which gives every Python process started with ``folder`` on its
+    ``PYTHONPATH`` (:func:`with_site`) the tiny data set's tables for MNIST and Fashion-MNIST alike: the md5 sums and
+    sizes of the extracted files in ``raw`` (a data set's ``raw`` folder), or without ``raw`` the tables
+    :func:`make_tiny_mnist` patched in this process, archives' md5 sums included. Returns ``folder``."""
+    if raw is None:
+        tables = {
+            "raw_md5": archives.RAW_MD5["MNIST"],
+            "raw_sizes": archives.RAW_SIZES["MNIST"],
+            "resources": torchvision.datasets.MNIST.resources,
+        }
+    else:
+        files = sorted(p for p in raw.iterdir() if p.is_file())
+        tables = {
+            "raw_md5": {p.name: md5(p.read_bytes()) for p in files},
+            "raw_sizes": {p.name: p.stat().st_size for p in files},
+            "resources": [],
+        }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(tables=json.dumps(tables)))
+    return folder
+
+
+def with_site(env: dict[str, str], site: Path) -> dict[str, str]:
+    """``env`` with :func:`tables_site`'s ``site`` first on ``PYTHONPATH`` and one OpenMP thread (on a busy 2-core
+    machine two threads per process make each training step several times slower)."""
+    path = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
+    return {**env, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
 
 
 # Unstructured pruning on a schedule (60 % of the weights, epochs 1 to 3), as the pruning tests train it

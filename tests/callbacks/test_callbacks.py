@@ -189,3 +189,11 @@ def test_schedule_longer_than_the_run_is_announced(tiny_mnist, tmp_path, monkeyp
         assert run_main(pruning_args(tiny_mnist, tmp_path / "logs", 1)) == 0
     (run,) = run_dirs(tmp_path / "logs")
     assert results(run)["sparsity"] == 0.0
+
+
+def test_a_run_without_pruning_records_a_dense_net(trained_run):
+    """No pruning callback: sparsity 0 and no per-layer sparsity, every parameter nonzero, sizes as built."""
+    r = results(trained_run)
+    assert (r["sparsity"], r["sparsity_per_layer"], r["structured_pruning"]) == (0.0, {}, None)
+    assert r["nonzero_params"] == r["params"] == r["params_before"] > 0
+    assert r["macs_per_sample"] == r["macs_per_sample_before"] > 0

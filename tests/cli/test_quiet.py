@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -15,22 +16,11 @@ from pathlib import Path
 import pytest
 from helpers import own_data, run_main
 from PIL import Image
+from tiny_data import tables_site, with_site
 
 from project import summarize
 from project.summary import collect, labels, plots
 
-# A command run as `python -m project.<command>`, with the tiny data set's extracted files standing for MNIST's
-# published ones (the tests' data is not MNIST: its md5 and size tables are patched, here in the child process).
-LAUNCH = """
-import hashlib, runpy, sys
-from pathlib import Path
-from project.data import archives
-raw = Path(sys.argv.pop(1))
-archives.RAW_MD5["MNIST"] = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
-archives.RAW_SIZES["MNIST"] = {p.name: p.stat().st_size for p in raw.iterdir()}
-sys.argv = sys.argv[1:]
-runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-"""
 BANNERS = (
     "GPU available",
     "TPU available",
@@ -52,11 +42,20 @@ def fitted(trained_run) -> dict:
     return {"run": trained_run, "raw": Path(data_dir) / "MNIST" / "raw"}
 
 
-def command(fitted: dict, cwd: Path, *args: str) -> tuple[int, list[str]]:
-    """Run ``python -m project.<args[0]> args[1:]`` in ``cwd``; return its status and output lines."""
+@pytest.fixture(scope="module")
+def site(fitted, tmp_path_factory) -> Path:
+    """The tiny data set's extracted files stand for MNIST's published ones (the tests' data is not MNIST): the
+    commands' processes get their md5 and size tables from this folder's ``sitecustomize.py``."""
+    return tables_site(tmp_path_factory.mktemp("site"), fitted["raw"])
+
+
+def command(site: Path, cwd: Path, *args: str) -> tuple[int, list[str]]:
+    """Run ``python -m project.<args[0]> args[1:]`` in ``cwd`` with the tables of ``site``; return its status and
+    output lines."""
     proc = subprocess.run(
-        [sys.executable, "-c", LAUNCH, str(fitted["raw"]), *args],
+        [sys.executable, "-m", *args],
         cwd=cwd,
+        env=with_site(dict(os.environ), site),
         capture_output=True,
         text=True,
         timeout=600,
@@ -65,7 +64,7 @@ def command(fitted: dict, cwd: Path, *args: str) -> tuple[int, list[str]]:
 
 
 @pytest.mark.slow
-def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted, tmp_path):
+def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted, site, tmp_path):
     """Each command a process of its own, on its own copy of the run (they write into it), up to 3 at a time."""
     good, bad = tmp_path / "good.png", tmp_path / "bad.png"
     Image.new("L", (28, 28)).save(good)
@@ -88,7 +87,7 @@ def test_run_folder_commands_print_their_result_and_errors_but_no_banner(fitted,
         (("project.evaluate", str(runs[5]), *data, "--ckpt", str(tmp_path / "none.ckpt")), 2, ["error: "]),
     ]
     with ThreadPoolExecutor(max_workers=3) as pool:
-        outputs = list(pool.map(lambda case: command(fitted, tmp_path, *case[0]), cases))
+        outputs = list(pool.map(lambda case: command(site, tmp_path, *case[0]), cases))
     for (args, status, starts), (code, lines) in zip(cases, outputs):
         chatter = [line for line in lines if any(b in line for b in BANNERS)]
         assert chatter == [], (args, chatter)

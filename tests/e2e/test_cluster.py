@@ -4,8 +4,9 @@ What these tests check is about processes (signals, requeue and resume, rendezvo
 data: they run fashion_mnist.yaml on the tiny MNIST-format data set of ``tests/tiny_data.py``, imported as
 Fashion-MNIST, with one OpenMP thread per process. Its md5 and size tables are patched in the test's process; the
 Python processes a test starts get the same tables from a ``sitecustomize.py`` on their ``PYTHONPATH``
-(:func:`tiny_fashion`), so their commands are unchanged and the processes they start in turn (DDP ranks, torchrun's
-workers) have them too. An uninterrupted reference run that is not about processes trains in the test's process.
+(:func:`tiny_data.tables_site`), so their commands are unchanged and the processes they start in turn (DDP ranks,
+torchrun's workers) have them too. An uninterrupted reference run that is not about processes trains in the test's
+process.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from unittest import mock
 
 import pytest
 import torch
-import torchvision
 from helpers import (
     LAUNCH_VARIABLES,
     REPO,
@@ -33,42 +33,9 @@ from helpers import (
     run_main,
     slurm_task,
 )
-from tiny_data import make_tiny_mnist
+from tiny_data import make_tiny_mnist, tables_site, with_site
 
-from project.data import archives
 from project.data.modules import FashionMNISTDataModule
-
-# The tables make_tiny_mnist patches, for a process that starts with this file's folder on PYTHONPATH: set as soon as
-# the project imports project.data.archives (nothing is imported earlier: torchrun's agent sets its log level before
-# torch loads).
-SITECUSTOMIZE = '''"""Test-only (tests/e2e/test_cluster.py): the tiny data set's md5 and size tables."""
-import importlib.machinery
-import json
-import sys
-
-TABLES = json.loads({tables!r})
-
-
-class TinyTables:
-    def find_spec(self, name, path=None, target=None):
-        if name != "project.data.archives":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            module.RAW_MD5["FashionMNIST"] = TABLES["raw_md5"]
-            module.RAW_SIZES["FashionMNIST"] = TABLES["raw_sizes"]
-            module.datasets.FashionMNIST.resources = [tuple(r) for r in TABLES["resources"]]
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-sys.meta_path.insert(0, TinyTables())
-'''
 
 # The tiny set's 600 training images: 500 train in batches of 20 (25 per epoch, 13 per DDP process; the tests'
 # limit_*_batches cut every loader shorter, as on the real data), 100 validate; 100 test images.
@@ -78,22 +45,9 @@ TINY = ["--data.val_size", "100", "--data.batch_size", "20"]
 def tiny_fashion(paths: dict) -> dict:
     """The tiny data set ``paths`` (:func:`tiny_data.make_tiny_mnist`, its tables patched in this process now)
     imported into ``paths["data"]`` as Fashion-MNIST, and ``site``: a folder whose ``sitecustomize.py`` patches the
-    same tables in a Python process that has it on ``PYTHONPATH`` (:func:`with_site`)."""
+    same tables in a Python process that has it on ``PYTHONPATH`` (:func:`tiny_data.with_site`)."""
     FashionMNISTDataModule(data_dir=str(paths["data"]), source_dir=str(paths["source"])).prepare_data()
-    tables = {
-        "raw_md5": archives.RAW_MD5["FashionMNIST"],
-        "raw_sizes": archives.RAW_SIZES["FashionMNIST"],
-        "resources": torchvision.datasets.FashionMNIST.resources,
-    }
-    site = paths["source"].parent / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(tables=json.dumps(tables)))
-    return {**paths, "site": site}
-
-
-def with_site(env: dict[str, str], tiny: dict) -> dict[str, str]:
-    """``env`` with the tiny data set's tables for every Python process started with it, and one OpenMP thread."""
-    return {**env, "PYTHONPATH": f"{tiny['site']}{os.pathsep}{env['PYTHONPATH']}", "OMP_NUM_THREADS": "1"}
+    return {**paths, "site": tables_site(paths["source"].parent / "site")}
 
 
 @pytest.fixture
@@ -123,7 +77,7 @@ def slurm_env(tmp_path, tiny: dict, job: str, restart: int, **extra: str) -> dic
         SLURM_RESTART_COUNT=str(restart),
         **extra,
     )
-    return with_site(env, tiny)
+    return with_site(env, tiny["site"])
 
 
 def fit(args, tmp_path, env) -> subprocess.CompletedProcess:
@@ -262,7 +216,7 @@ def test_concurrent_prepare_on_shared_storage_imports_once(tiny, tmp_path):
     """Several nodes' ``prepare_data`` on one shared folder at once: one import, the others wait, files intact."""
     data, folder = tmp_path / "shared" / "data", tmp_path / "nodes"
     folder.mkdir()
-    env = with_site(clean_env(), tiny)
+    env = with_site(clean_env(), tiny["site"])
     proc = subprocess.run(
         [sys.executable, "-c", PREPARE, str(data), str(tiny["source"]), str(folder), "4"],
         cwd=REPO,
@@ -379,7 +333,7 @@ def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(tiny, tmp_path):
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(PYTHONPATH=f"{REPO / 'tests'}{os.pathsep}{REPO}", SIGTERM_AT="15")
-    proc = fit(args, tmp_path, with_site(env, tiny))
+    proc = fit(args, tmp_path, with_site(env, tiny["site"]))
     assert proc.returncode == -signal.SIGTERM, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "stopped by SIGTERM" in errors[0], proc.stderr[-3000:]
@@ -466,7 +420,7 @@ def one_node_two_processes(ddp_tiny, tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "-m", "project.fit", *args],
         cwd=tmp_path,
-        env=with_site(clean_env(), ddp_tiny),
+        env=with_site(clean_env(), ddp_tiny["site"]),
         capture_output=True,
         text=True,
         timeout=600,
@@ -487,7 +441,7 @@ def test_two_slurm_nodes_on_one_machine_train_as_one_node_with_two_processes(
     args = ddp_args(tmp_path, ddp_tiny, "logs", devices=1, nodes=2)
     procs = []
     for node in (0, 1):
-        env = with_site(slurm_task(job, node, 2), ddp_tiny)
+        env = with_site(slurm_task(job, node, 2), ddp_tiny["site"])
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "project.fit", *args],
@@ -520,7 +474,7 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
             subprocess.Popen(
                 [sys.executable, "-m", "project.cli.torchrun", *torchrun, *args],  # as the image runs torchrun
                 cwd=tmp_path,
-                env=with_site(clean_env(), ddp_tiny),
+                env=with_site(clean_env(), ddp_tiny["site"]),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -536,7 +490,7 @@ def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(tiny, tmp
     args = resume_args(tiny, tmp_path / "logs", "helpers.Sigterm")
     ref_run = reference_run(args, tmp_path, monkeypatch)
     uid = "3f6c1a52-9d1e-4c1b-8f0e-6a7b2c9d0e11"
-    first = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid, SIGTERM_AT="15"), tiny))
+    first = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid, SIGTERM_AT="15"), tiny["site"]))
     assert first.returncode == -signal.SIGTERM, first.stderr[-3000:]
     (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
     assert not (run / "results.json").exists()
@@ -544,7 +498,7 @@ def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(tiny, tmp
     assert torch.load(sigterm_ckpt, map_location="cpu", weights_only=True)["global_step"] == 15
     assert f"SIGTERM: saved {sigterm_ckpt}" in first.stderr
     # the replacement pod: same command, same Job uid
-    second = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid), tiny))
+    second = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid), tiny["site"]))
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"job {uid} was requeued" in second.stderr and "from hpc_ckpt_1.ckpt" in second.stderr
     job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import REPO, alive, descendants, results, run_dirs, run_main, tiny_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tiny_data import tables_site, with_site
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -45,16 +46,8 @@ def lrs(run) -> dict[int, float]:
 
 
 # The tests below that are about processes (kill -9, DDP) start ``python -m project.fit`` on the tiny MNIST-format
-# data set (tests/tiny_data.py), prepared in this process. Its files are not MNIST's: the md5 sums a child checks them
-# against are patched in the child itself, by PATCH before its script (:func:`child`).
-PATCH = """
-import hashlib, sys
-from pathlib import Path
-from project.data import archives
-raw = Path(sys.argv.pop(1))
-archives.RAW_MD5["MNIST"] = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
-"""
-FIT = 'import runpy\nrunpy.run_module("project.fit", run_name="__main__", alter_sys=True)\n'  # python -m project.fit
+# data set (tests/tiny_data.py), prepared in this process. Its files are not MNIST's: a child gets the md5 sums to
+# check them against from a ``sitecustomize.py`` on its ``PYTHONPATH`` (:func:`child_env`), and so do its DDP ranks.
 
 
 @pytest.fixture
@@ -73,24 +66,25 @@ def tiny_cli(data_dir: Path, logs: str | Path, *extra: str) -> list[str]:
     return args[:at] + args[at + 2 :]
 
 
-def child(script: str, data_dir: Path, args: list[str]) -> list[str]:
-    """The command line of ``python -c SCRIPT ARGS`` (:data:`FIT`: ``python -m project.fit ARGS``) on the tiny data
-    set in ``data_dir``: :data:`PATCH` first, which takes its own argument (the ``raw`` folder) off ``sys.argv``."""
-    return [sys.executable, "-c", PATCH + script, str(data_dir / "MNIST" / "raw"), *args]
+def child(data_dir: Path, args: list[str], script: str | None = None) -> list[str]:
+    """The command line of ``python -m project.fit ARGS`` (or ``python -c SCRIPT ARGS``) on the tiny data set in
+    ``data_dir``; run it with :func:`child_env` of the same ``data_dir``."""
+    return [sys.executable, *(("-c", script) if script else ("-m", "project.fit")), *args]
 
 
-def child_env(**extra: str) -> dict[str, str]:
+def child_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """A child's environment: this one, unbuffered output, ``tests/`` on ``PYTHONPATH`` (for the test-only
-    callbacks of tests/helpers.py), one OpenMP thread (on a busy 2-core machine two threads per process make each
-    training step several times slower), and ``extra``."""
+    callbacks of tests/helpers.py), the tiny data set's md5 tables (:func:`tiny_data.with_site`, which also sets one
+    OpenMP thread), and ``extra``."""
     path = os.pathsep.join(filter(None, [str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **extra}
+    site = tables_site(data_dir.parent / "site", data_dir / "MNIST" / "raw")
+    return with_site({**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **extra}, site)
 
 
 def fit(data_dir: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """Run ``python -m project.fit ARGS`` on the tiny data set in ``cwd`` (text output), as helpers.run_module does."""
-    cmd = child(FIT, data_dir, args)
-    return subprocess.run(cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=600)
+    cmd = child(data_dir, args)
+    return subprocess.run(cmd, cwd=cwd, env=child_env(data_dir), capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture
@@ -174,9 +168,9 @@ def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(tiny_data_d
     # killed at step 15, mid-epoch 1 (10 steps an epoch): at a known point, however fast the machine trains
     killed = tiny_cli(tiny_data_dir, "b", *base, "--trainer.callbacks+=helpers.KillAt")
     proc = subprocess.run(
-        child(FIT, tiny_data_dir, killed),
+        child(tiny_data_dir, killed),
         cwd=tmp_path,
-        env=child_env(KILL_AT="15"),
+        env=child_env(tiny_data_dir, KILL_AT="15"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         timeout=600,
@@ -199,8 +193,8 @@ def test_kill_9_leaves_a_loadable_last_checkpoint_and_resume_matches(tiny_data_d
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(tiny_data_dir, tmp_path):
     """configs/trainer/ddp_cpu.yaml: two DDP processes on the CPU train one run, each rank its share of the data.
-    Rank 1, which Lightning starts as ``python -m project.fit`` (without :data:`PATCH`), only reads the data: rank 0
-    prepares (and md5-checks) it."""
+    Rank 0 prepares (and md5-checks) the data, rank 1 (which Lightning starts as ``python -m project.fit``) reads
+    it."""
     args = [
         *("--config", str(REPO / "configs/trainer/ddp_cpu.yaml")),
         *("--model.optimizer", "torch.optim.AdamW", "--model.optimizer.lr", "0.005"),  # 5 steps a rank learn it
@@ -232,9 +226,9 @@ def test_kill_9_leaves_no_orphan_processes(tiny_data_dir, tmp_path):
         *("--trainer.max_epochs", "1000"),  # still training when it is killed
     ]
     proc = subprocess.Popen(
-        child(FIT, tiny_data_dir, tiny_cli(tiny_data_dir, "logs", *args)),
+        child(tiny_data_dir, tiny_cli(tiny_data_dir, "logs", *args)),
         cwd=tmp_path,
-        env=child_env(),
+        env=child_env(tiny_data_dir),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -287,9 +281,9 @@ def test_kill_during_a_checkpoint_write_keeps_the_previous_last_ckpt(tiny_data_d
     limits = ("--trainer.limit_train_batches", "5", "--trainer.max_epochs", "3", "--checkpoint.save_top_k", "0")
     args = tiny_cli(tiny_data_dir, "logs", *limits)
     proc = subprocess.Popen(
-        child(BLOCKING_SAVE, tiny_data_dir, [str(marker), *args]),
+        child(tiny_data_dir, [str(marker), *args], BLOCKING_SAVE),
         cwd=tmp_path,
-        env=child_env(),
+        env=child_env(tiny_data_dir),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import REPO, results, run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import Callback
+from tiny_data import tables_site, with_site
 
 from project.data import FashionMNISTDataModule
 
@@ -132,24 +133,11 @@ def test_resume_mid_epoch_with_workers_and_a_plain_schedule(uninterrupted, tiny_
     assert_same_run(straight, run)
 
 
-# ``python -c FIT RAW ARGS``: ``python -m project.fit ARGS`` on the tiny data set, imported (in the test's process,
-# whose md5 tables ``tiny_mnist`` patched) as Fashion-MNIST into RAW's data_dir. Its files are not Fashion-MNIST's, so
-# the child checks them against md5 sums it patches itself (RAW, the data set's ``raw`` folder, is taken off
-# ``sys.argv``); the second DDP process, which Lightning starts as ``python -m project.fit ARGS``, only sets up.
-FIT = """
-import hashlib, runpy, sys
-from pathlib import Path
-from project.data import archives
-raw = Path(sys.argv.pop(1))
-archives.RAW_MD5["FashionMNIST"] = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in raw.iterdir()}
-runpy.run_module("project.fit", run_name="__main__", alter_sys=True)
-"""
-
-
-def fit_process(raw: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``python -m project.fit ARGS`` (through :data:`FIT`) in ``cwd``; returns the completed process."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-c", FIT, str(raw), *args]
+def fit_process(site: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``python -m project.fit ARGS`` in ``cwd`` on the tiny data set, whose md5 tables the process and its DDP
+    rank get from ``site`` (:func:`tiny_data.tables_site`); returns the completed process."""
+    env = with_site({**os.environ, "PYTHONUNBUFFERED": "1"}, site)
+    cmd = [sys.executable, "-m", "project.fit", *args]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -162,7 +150,7 @@ def test_ddp_resume_mid_epoch_is_exact(loader, tiny_mnist, tmp_path, monkeypatch
     path = [str(Path(__file__).parent), str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     FashionMNISTDataModule(data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"])).prepare_data()
-    raw = tiny_mnist["data"] / "FashionMNIST" / "raw"
+    site = tables_site(tmp_path / "site")  # the tables tiny_mnist patched here, for the children
     args = [
         "--config",
         str(REPO / "configs/fashion_mnist.yaml"),
@@ -184,16 +172,16 @@ def test_ddp_resume_mid_epoch_is_exact(loader, tiny_mnist, tmp_path, monkeypatch
         "--model.channels_last",
         "false",
     ]
-    straight = fit_process(raw, [*args, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
+    straight = fit_process(site, [*args, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]
     b = [*args, "--trainer.logger.init_args.save_dir", "b"]
     stopped = fit_process(
-        raw, [*b, "--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"], cwd=tmp_path
+        site, [*b, "--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"], cwd=tmp_path
     )
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "b")
     assert torch.load(run / "checkpoints" / "at.ckpt", map_location="cpu", weights_only=True)["global_step"] == 14
-    resumed = fit_process(raw, [*b, "--ckpt_path", str(run / "checkpoints" / "at.ckpt")], cwd=tmp_path)
+    resumed = fit_process(site, [*b, "--ckpt_path", str(run / "checkpoints" / "at.ckpt")], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert results(run)["world_size"] == 2
     assert_same_run(run_dirs(tmp_path / "a")[0], run)

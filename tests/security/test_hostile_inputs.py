@@ -11,19 +11,22 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import random
+import re
 import subprocess
 import sys
 import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import REPO, own_data, run_dirs, run_main, tiny_args
 from PIL import Image
 
-from project import evaluate, export, predict
+from project import checkpoints, evaluate, export, predict
 from project.data.modules import CIFAR10DataModule, MNISTDataModule
-from project.errors import DataError
+from project.errors import ConfigError, DataError
 
 HUGE = {"channels": [20, 50], "hidden": [700_000]}  # LeNet's fc1 alone would be 700,000 x 800 floats: 2.1 GiB
 
@@ -158,6 +161,36 @@ def test_checkpoint_with_deflated_records_is_refused_before_it_is_inflated(train
     lines = out.stdout.splitlines()
     assert lines[0].startswith("refused:") and "bomb.ckpt" in lines[0] and "compressed" in lines[0], out
     assert int(lines[-1].split()[1]) < 32 << 10, lines  # KiB: far below the 128 MiB tensor
+
+
+def _forged_zip(path: Path, compress: int, declare: int | None = None) -> Path:
+    """A one-record zip (4 KiB of random bytes: deflating them does not shrink them) written with ``compress``;
+    ``declare`` forges the uncompressed size its central directory gives (what ``ZipFile.infolist`` reads)."""
+    with zipfile.ZipFile(path, "w", compress) as out:
+        out.writestr("archive/data/0", random.Random(0).randbytes(4096))
+    if declare is not None:
+        raw = bytearray(path.read_bytes())
+        at = raw.index(b"PK\x01\x02") + 24  # central directory header: uncompressed size, little-endian uint32
+        raw[at : at + 4] = declare.to_bytes(4, "little")
+        path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("compress", "declare", "why"),
+    [
+        (zipfile.ZIP_DEFLATED, None, "record archive/data/0 is compressed"),  # compressed, declares less than the file
+        (zipfile.ZIP_STORED, 1 << 30, f"its records declare {1 << 30} bytes"),  # stored, yet declares 1 GiB
+    ],
+)
+def test_checkpoint_zip_records_are_each_checked_on_their_own(tmp_path, compress, declare, why):
+    """Either fault alone refuses a checkpoint before it is read: a compressed record, or records declaring more
+    bytes than the file holds (the two limits of ``checkpoints.check_zip_records``)."""
+    path = _forged_zip(tmp_path / "forged.ckpt", compress, declare)
+    assert ((declare or 4096) > path.stat().st_size) == (declare is not None)  # each case holds one fault only
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        checkpoints.check_zip_records(path)
+    checkpoints.check_zip_records(_forged_zip(tmp_path / "plain.ckpt", zipfile.ZIP_STORED))  # the honest file passes
 
 
 # -- archives --------------------------------------------------------------------------------------------------
