@@ -21,6 +21,13 @@ KUSTOMIZE = REPO / "deploy" / "kubernetes"
 OVERLAYS = sorted(p.parent for p in (KUSTOMIZE / "overlays").glob("*/kustomization.yaml"))
 K8S_VERSION = "1.30"  # schemas bundled with kubernetes-validate: no network
 TRAIN_JOB, SWEEP_JOB = "cnn-recipes", "cnn-recipes-sweep"
+# Each Job overlay and the volume overlay it mounts (applied once, on its own)
+VOLUME_OF = {
+    "nfs-2x4": "volume-nfs",
+    "cephfs-4x8": "volume-cephfs",
+    "sweep-postgres": "volume-nfs",
+    "kueue-2x4": "volume-nfs",
+}
 
 
 def render(folder: Path) -> list[dict]:
@@ -86,18 +93,46 @@ def expand(arg: str, env: dict) -> str:
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, list[dict]]:
-    assert {p.name for p in OVERLAYS} >= {"nfs-2x4", "cephfs-4x8", "sweep-postgres"}
+    assert {p.name for p in OVERLAYS} == set(VOLUME_OF) | set(VOLUME_OF.values())
     return {p.name: render(p) for p in OVERLAYS}
 
 
 def test_every_overlay_renders_valid_resources_in_its_namespace(rendered):
     """Every rendered resource validates strictly (no unknown field) against Kubernetes' own schema, and lies in
-    the overlay's namespace (none lands in ``default``)."""
+    the overlay's namespace (none lands in ``default``), which the overlay's volume creates."""
     for name, docs in rendered.items():
-        assert {d["kind"] for d in docs} >= {"Job", "NetworkPolicy", "PersistentVolumeClaim"}, name
+        want = {"Job", "NetworkPolicy"} if name in VOLUME_OF else {"Namespace", "PersistentVolumeClaim"}
+        assert {d["kind"] for d in docs} >= want, name
         for doc in docs:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-            assert doc["metadata"].get("namespace") not in (None, "", "default"), (name, doc["metadata"])
+            if doc["kind"] != "Namespace":  # cluster-scoped
+                assert doc["metadata"].get("namespace") not in (None, "", "default"), (name, doc["metadata"])
+        if name in VOLUME_OF:
+            (namespace,) = {d["metadata"]["namespace"] for d in docs}
+            assert one(rendered[VOLUME_OF[name]], "Namespace")["metadata"]["name"] == namespace
+
+
+def test_deleting_or_rerunning_a_job_keeps_the_volume_and_the_run(rendered):
+    """``kubectl delete -k`` deletes what an overlay renders: no Job overlay renders the claim (which holds every
+    run folder) or the namespace. The run's name (PROJECT_JOB_ID, the key a restart resumes by) is a value in the
+    overlay, not the Job's uid, so delete + apply resumes the same run; each training overlay names its own run.
+    A finished Job goes after ``ttlSecondsAfterFinished``."""
+    names = set()
+    for name in VOLUME_OF:
+        docs = rendered[name]
+        assert not {d["kind"] for d in docs} & {"PersistentVolumeClaim", "Namespace"}, name
+        for job in jobs(docs):
+            assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 30 * 24 * 3600
+            if job["metadata"]["name"] == TRAIN_JOB:
+                (container,) = job["spec"]["template"]["spec"]["containers"]
+                run = env_of(container)["PROJECT_JOB_ID"]
+                assert isinstance(run, str) and re.fullmatch(r"[\w.-]+", run), run
+                names.add((name, run))
+    assert len({run for _, run in names}) == len(names) - 1  # kueue-2x4 is nfs-2x4 queued: the same run
+    base = render(KUSTOMIZE / "volume")
+    assert {d["kind"] for d in base} == {"Namespace", "PersistentVolumeClaim"}
+    labels = one(base, "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_validation_catches_a_misspelt_field(rendered):
@@ -161,18 +196,22 @@ def test_rendezvous_port_reachable_only_from_the_jobs_own_pods(rendered):
 
 def test_storage_class_comes_from_the_overlay(rendered):
     """The base claim has no storage class (a cluster's default is often block storage, where an RWX claim stays
-    Pending); each overlay's rendered claim carries the class its own patch names."""
+    Pending); each volume overlay's rendered claim carries the class its own patch names, and every Job mounts the
+    claim of its volume overlay, in the same namespace."""
     base = one(render(KUSTOMIZE / "volume"), "PersistentVolumeClaim")
     assert "storageClassName" not in base["spec"] and base["spec"]["accessModes"] == ["ReadWriteMany"]
-    for overlay in OVERLAYS:
-        patch = yaml.safe_load((overlay / "storage-class.yaml").read_text())
-        claim = one(rendered[overlay.name], "PersistentVolumeClaim")
+    for name in set(VOLUME_OF.values()):
+        patch = yaml.safe_load((KUSTOMIZE / "overlays" / name / "storage-class.yaml").read_text())
+        claim = one(rendered[name], "PersistentVolumeClaim")
         assert claim["spec"]["storageClassName"] == patch["spec"]["storageClassName"] != ""
         assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
-        for job in jobs(rendered[overlay.name]):
+    for name, volume in VOLUME_OF.items():
+        claim = one(rendered[volume], "PersistentVolumeClaim")
+        for job in jobs(rendered[name]):
             claims = [v["persistentVolumeClaim"]["claimName"] for v in job["spec"]["template"]["spec"]["volumes"]
                       if "persistentVolumeClaim" in v]  # fmt: skip
             assert claims == [claim["metadata"]["name"]]
+            assert job["metadata"]["namespace"] == claim["metadata"]["namespace"]
 
 
 def test_volume_owner_patch_sets_the_pods_user(rendered):
@@ -224,7 +263,6 @@ def test_node_and_gpu_counts_agree_and_the_training_arguments_parse(rendered):
         assert all(v.startswith("/shared/") for v in volumes)  # beneath the shared volume's mount
         env_ids = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
         assert env_ids["NODE_RANK"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-        assert env_ids["PROJECT_JOB_ID"] == "metadata.labels['batch.kubernetes.io/controller-uid']"
     assert counts == {"nfs-2x4": (2, 4), "cephfs-4x8": (4, 8)}
     fit_args = args[args.index("project.fit") + 1 :]  # the last overlay's
     proc = subprocess.run(
@@ -267,3 +305,131 @@ def test_every_skipped_policy_check_is_justified():
                     check, _, why = value.partition("=")
                     assert re.fullmatch(r"CKV2?_K8S_\d+", check) and len(why.split()) >= 8, (path, value)
     assert skips  # the annotations are where .ci/manifests' skips come from
+
+
+# -- placement: which nodes a pod may land on ---------------------------------------------------------------------
+
+
+def expression_holds(expr: dict, labels: dict[str, str]) -> bool:
+    """One ``matchExpressions`` entry of node affinity, as the scheduler reads it (Gt/Lt: integer labels)."""
+    key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if key not in labels or not labels[key].isdigit():
+        return False
+    return int(labels[key]) > int(values[0]) if op == "Gt" else int(labels[key]) < int(values[0])
+
+
+def schedulable(pod: dict, node: dict) -> bool:
+    """Whether the scheduler may place ``pod`` (a pod spec) on ``node`` (``labels``, ``taints``): every NoSchedule or
+    NoExecute taint tolerated, and one required node-affinity term (ORed) whose expressions all hold (ANDed)."""
+    for taint in node.get("taints", []):
+        tolerated = any(
+            t.get("effect") in (None, taint["effect"])
+            and (t.get("key") in (None, taint["key"]))
+            and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
+            for t in pod.get("tolerations", [])
+        )
+        if taint["effect"] in ("NoSchedule", "NoExecute") and not tolerated:
+            return False
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return any(
+        all(expression_holds(e, node["labels"]) for e in term["matchExpressions"])
+        for term in required["nodeSelectorTerms"]
+    )
+
+
+def gfd(product: str, driver: int, cc: str, arch: str = "amd64", old_gfd: bool = False) -> dict[str, str]:
+    """The labels GPU Feature Discovery gives a node (``old_gfd``: only its older driver label)."""
+    major, minor = cc.split(".")
+    labels = {
+        "kubernetes.io/arch": arch,
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.compute.major": major,
+        "nvidia.com/gpu.compute.minor": minor,
+        "nvidia.com/cuda.driver.major": str(driver),
+    }
+    return labels if old_gfd else {**labels, "nvidia.com/cuda.driver-version.major": str(driver)}
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+NODES_ADMITTED = {
+    "H100, driver 580, GPU taint": {"labels": gfd("NVIDIA-H100-80GB-HBM3", 580, "9.0"), "taints": [GPU_TAINT]},
+    "T4 (7.5), driver 590": {"labels": gfd("Tesla-T4", 590, "7.5")},
+    "L4 (8.9), AKS taint": {
+        "labels": gfd("NVIDIA-L4", 580, "8.9"),
+        "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
+    },
+    "A100, an older GFD": {"labels": gfd("NVIDIA-A100-SXM4-80GB", 581, "8.0", old_gfd=True)},
+    "B200 (10.0)": {"labels": gfd("NVIDIA-B200", 580, "10.0")},
+}
+NODES_REFUSED = {
+    "V100 (7.0)": {"labels": gfd("Tesla-V100-SXM2-32GB", 580, "7.0")},
+    "P100 (6.0)": {"labels": gfd("Tesla-P100-PCIE-16GB", 580, "6.0")},
+    "R570 driver": {"labels": gfd("NVIDIA-H100-80GB-HBM3", 570, "9.0")},
+    "R570 driver, an older GFD": {"labels": gfd("NVIDIA-A100-SXM4-80GB", 570, "8.0", old_gfd=True)},
+    "no GPU": {"labels": {"kubernetes.io/arch": "amd64"}},
+    "GH200 (aarch64)": {"labels": gfd("NVIDIA-GH200-480GB", 580, "9.0", arch="arm64")},
+    "H100 tainted for another team": {
+        "labels": gfd("NVIDIA-H100-80GB-HBM3", 580, "9.0"),
+        "taints": [GPU_TAINT, {"key": "team", "value": "vision", "effect": "NoSchedule"}],
+    },
+}
+
+
+def test_pods_land_only_on_nodes_the_image_runs_on(rendered):
+    """Every Job's pods tolerate the usual GPU taints and go only to x86_64 nodes with an NVIDIA driver for CUDA 13
+    (>= 580) and compute capability >= 7.5, read off GPU Feature Discovery's labels (either driver label)."""
+    for name in VOLUME_OF:
+        for job in jobs(rendered[name]):
+            pod = job["spec"]["template"]["spec"]
+            for node, spec in NODES_ADMITTED.items():
+                assert schedulable(pod, spec), (name, node)
+            for node, spec in NODES_REFUSED.items():
+                assert not schedulable(pod, spec), (name, node)
+
+
+def test_training_pods_take_one_node_each_and_overlays_set_runtime_and_priority(rendered):
+    """Two training pods never share a node (each pod's torchrun takes its node's GPUs); sweep workers (one GPU
+    each) may. runtimeClassName and priorityClassName come from an overlay's patch (nfs-2x4/scheduling.yaml),
+    and a cluster without them (cephfs-4x8) gets neither."""
+    for name in VOLUME_OF:
+        for job in jobs(rendered[name]):
+            pod = job["spec"]["template"]["spec"]
+            anti = (
+                pod.get("affinity", {}).get("podAntiAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+            )
+            if job["metadata"]["name"] != TRAIN_JOB:
+                assert anti is None, name
+                continue
+            (rule,) = anti
+            assert rule["topologyKey"] == "kubernetes.io/hostname"
+            assert selects(rule["labelSelector"], pod_labels(job))
+    patch = yaml.safe_load((KUSTOMIZE / "overlays/nfs-2x4/scheduling.yaml").read_text())["spec"]["template"]["spec"]
+    for name in ("nfs-2x4", "kueue-2x4"):
+        pod = one(rendered[name], "Job", TRAIN_JOB)["spec"]["template"]["spec"]
+        assert (pod["runtimeClassName"], pod["priorityClassName"]) == (
+            patch["runtimeClassName"],
+            patch["priorityClassName"],
+        )
+    pod = one(rendered["cephfs-4x8"], "Job", TRAIN_JOB)["spec"]["template"]["spec"]
+    assert not {"runtimeClassName", "priorityClassName"} & pod.keys()
+
+
+def test_the_kueue_overlay_is_the_same_job_suspended_on_its_queue(rendered):
+    """kueue-2x4: nfs-2x4's Job created suspended (Kueue admits it whole, with quota for every pod) and labelled
+    with its LocalQueue; nothing else differs."""
+    queued, plain = one(rendered["kueue-2x4"], "Job", TRAIN_JOB), one(rendered["nfs-2x4"], "Job", TRAIN_JOB)
+    assert queued["spec"]["suspend"] is True and "suspend" not in plain["spec"]
+    assert queued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    queued = copy.deepcopy(queued)
+    del queued["spec"]["suspend"], queued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    assert queued == plain
+    others = [d for d in rendered["kueue-2x4"] if d["kind"] != "Job"]
+    assert others == [d for d in rendered["nfs-2x4"] if d["kind"] != "Job"]
