@@ -12,7 +12,7 @@ start a new ``version_N`` and forget the best score. This module closes that gap
   (the preemption checkpoint, or ``last.ckpt`` when it is newer), like ``--ckpt_path RUN``.
 
 The same works for any scheduler that restarts a job's command: set ``PROJECT_JOB_ID`` to an id that stays the
-same across restarts (deploy/kubernetes/train/train.yaml gives every pod its Job's uid). Such schedulers (and
+same across restarts (deploy/kubernetes/train/train.yaml gives every pod the run's name). Such schedulers (and
 ``scancel``) stop a job with SIGTERM rather than SIGUSR1: Lightning then ends fit at the next training step
 (``SIGTERMException``), and :class:`SlurmRequeue` first saves the same kind of checkpoint, ``hpc_ckpt_<k>.ckpt``,
 so the restarted job resumes from the step it was stopped at, not from the last epoch's end. Outside SLURM (no

@@ -485,7 +485,7 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
 
 def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(tiny, tmp_path, monkeypatch):
     """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch (no SLURM variables, as the kubelet stops it) saves a
-    checkpoint at that step; replaced, it runs the same command with the same PROJECT_JOB_ID (the Job's uid) and
+    checkpoint at that step; replaced, it runs the same command with the same PROJECT_JOB_ID (the run's name) and
     resumes the run that Job started, in place, from that checkpoint, with the uninterrupted result."""
     args = resume_args(tiny, tmp_path / "logs", "helpers.Sigterm")
     ref_run = reference_run(args, tmp_path, monkeypatch)
