@@ -237,27 +237,60 @@ def test_concurrent_prepare_on_shared_storage_imports_once(tiny, tmp_path):
     assert not [p for p in data.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".extract")]
 
 
-def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_path):
-    """scripts/slurm.sbatch with stub srun/apptainer/scontrol: the data is prepared in the image before srun; each
-    task runs ``apptainer exec --cleanenv`` with its SLURM variables passed in as APPTAINERENV_SLURM_*; SIGUSR1 to
-    the batch shell reaches the process in the container (srun, the task's exec'd apptainer), the job is
-    requeued from outside the container, and the script exits with the tasks' status."""
+# Stubs for scripts/*.sbatch. srun: records its options and the CPUs per task it was given, sets one task's
+# variables (rank 5 of 8, GPU 2), drops its own options (Pyxis' --container-* among them) and execs the task.
+SRUN_STUB = """#!/bin/bash
+echo "srun $* | cpus=${{SRUN_CPUS_PER_TASK:-}}" >> {log}
+export SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=1 CUDA_VISIBLE_DEVICES=2
+while [[ "$1" == --* ]]; do shift; done
+exec "$@"
+"""
+# The container (as `apptainer`, and as `python` for Pyxis, whose task is the container's process): records what
+# it was given; a training task, on SIGUSR1, saves hpc_ckpt_1.ckpt (whole, by a rename, as fit does), goes on for
+# 2 s (Lightning keeps training) and exits 3.
+CONTAINER_STUB = """#!/bin/bash
+task=${{APPTAINERENV_SLURM_PROCID:-${{SLURM_PROCID:-}}}}
+gpus=${{APPTAINERENV_CUDA_VISIBLE_DEVICES:-${{CUDA_VISIBLE_DEVICES:-}}}}
+nccl=${{APPTAINERENV_NCCL_SOCKET_IFNAME:-${{NCCL_SOCKET_IFNAME:-}}}}
+echo "$(basename "$0") $* | procid=$task gpus=$gpus nccl=$nccl host_path=${{APPTAINERENV_PYTHONPATH:-}}" >> {log}
+case "$*" in *project.fit*) ;; *) exit 0 ;; esac
+save() {{
+  echo task-got-USR1 >> {log}
+  mkdir -p logs/cifar10/version_0/checkpoints && cd logs/cifar10/version_0/checkpoints
+  echo ckpt > .hpc.tmp && mv .hpc.tmp hpc_ckpt_1.ckpt && echo task-saved >> {log}
+  sleep 2; echo task-exits >> {log}; exit 3
+}}
+trap save USR1
+echo task-started >> {log}
+while true; do sleep 0.05; done
+"""
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis"])
+def test_sbatch_script_checkpoints_then_requeues_on_the_preemption_signal(runtime, tmp_path):
+    """scripts/slurm.sbatch with stub srun/apptainer/scontrol, for Apptainer and Pyxis: the data is prepared in the
+    image before the training srun; srun gets the CPUs per task (SRUN_CPUS_PER_TASK) and --kill-on-bad-exit=1; an
+    Apptainer task runs ``apptainer exec --cleanenv`` with its SLURM variables, its GPUs and the site's NCCL/proxy
+    settings passed in by name (nothing else of the host's); a Pyxis task runs in ``srun --container-image``. On
+    SIGUSR1 to the batch shell the tasks save their checkpoint, and only then is the job requeued, from outside the
+    container; the script exits with the tasks' status."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
-    # srun starts one task with the variables srun sets (SLURM_PROCID ...); exec: its signals reach the task
-    (bin_dir / "srun").write_text('#!/bin/bash\nexport SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=1\nexec "$@"\n')
-    (bin_dir / "apptainer").write_text(
-        "#!/bin/bash\n"
-        f'echo "apptainer $* | env: $(env | grep -c ^SLURM_) SLURM, procid=${{APPTAINERENV_SLURM_PROCID:-}}" >> {log}\n'
-        'case "$*" in *project.fit*) ;; *) exit 0 ;; esac\n'
-        f"trap 'echo task-got-USR1 >> {log}; exit 3' USR1\necho task-started >> {log}\n"
-        "while true; do sleep 0.05; done\n"
-    )
+    (bin_dir / "srun").write_text(SRUN_STUB.format(log=log))
+    (bin_dir / ("apptainer" if runtime == "apptainer" else "python")).write_text(CONTAINER_STUB.format(log=log))
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "scontrol $*" >> {log}\n')
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_ID="77")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "UCX_"))}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        SLURM_JOB_ID="77",
+        SLURM_CPUS_PER_TASK="8",
+        NCCL_SOCKET_IFNAME="ib0",
+        PYTHONPATH="/host/site-packages",
+        RUNTIME=runtime,
+        IMAGE="project.sif" if runtime == "apptainer" else "project.sqsh",
+    )
     proc = subprocess.Popen(
         ["bash", str(REPO / "scripts" / "slurm.sbatch")],
         cwd=tmp_path,
@@ -272,37 +305,56 @@ def test_sbatch_script_checkpoints_and_requeues_on_the_preemption_signal(tmp_pat
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 3, out  # the tasks' exit status
-    prepare, task, started, *rest = log.read_text().splitlines()
-    image = "apptainer exec --nv --cleanenv --bind"
-    assert prepare.startswith(image) and "prepare_data()" in prepare and prepare.endswith("procid=")
-    assert task.startswith(image) and "python -m project.fit" in task and "--data.download false" in task
-    assert task.endswith("procid=5")  # the task's own SLURM variables, passed in for Lightning
-    assert started == "task-started" and sorted(rest) == ["scontrol requeue 77", "task-got-USR1"]
+    lines = log.read_text().splitlines()
+    calls = [line for line in lines if not line.startswith("task-")]
+    events = [line for line in lines if line.startswith(("task-", "scontrol"))]
+    if runtime == "apptainer":
+        prepare, srun, task, requeue = calls
+        image = "apptainer exec --nv --cleanenv --bind"
+        assert prepare.startswith(image) and "prepare_data()" in prepare and "procid= gpus=" in prepare
+        assert srun.startswith("srun --kill-on-bad-exit=1 bash -c") and srun.endswith("| cpus=8")
+        assert task.startswith(image) and task.endswith("| procid=5 gpus=2 nccl=ib0 host_path=")
+    else:
+        srun_prepare, prepare, srun, task, requeue = calls
+        assert srun_prepare.startswith("srun --ntasks=1 --nodes=1 --container-image=project.sqsh --container-mounts=")
+        assert "prepare_data()" in prepare
+        assert srun.startswith("srun --kill-on-bad-exit=1 --container-image=project.sqsh --container-mounts=")
+        assert srun.endswith("| cpus=8") and "--container-workdir=/app python -m project.fit" in srun
+        assert task.endswith("| procid=5 gpus=2 nccl=ib0 host_path=")
+    assert "python -m project.fit" in task and "--data.download false" in task
+    assert requeue == "scontrol requeue 77"
+    # the checkpoint first, then the requeue (which would end the tasks), while the task still runs
+    assert events == ["task-started", "task-got-USR1", "task-saved", "scontrol requeue 77", "task-exits"], events
     assert "preemption signal" in out and (tmp_path / "data").is_dir()
+    assert not list((tmp_path / "logs").glob(".signal.*"))
 
 
 def test_sweep_array_script_runs_the_same_worker_in_every_task(tmp_path):
     """scripts/slurm-sweep.sbatch with a stub apptainer: each array task runs ``project.sweep`` in the image with
     --cleanenv and the study's URL passed in (APPTAINERENV_OPTUNA_STORAGE), never on its command line; without
-    OPTUNA_STORAGE it stops with one error line before starting anything."""
+    OPTUNA_STORAGE it stops with one error line before starting anything. A preempted task is requeued."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
-    (bin_dir / "apptainer").write_text(f'#!/bin/sh\necho "$* | $APPTAINERENV_OPTUNA_STORAGE" >> {log}\n')
+    (bin_dir / "apptainer").write_text(
+        f'#!/bin/sh\necho "$* | $APPTAINERENV_OPTUNA_STORAGE | ${{APPTAINERENV_CUDA_VISIBLE_DEVICES:-}}" >> {log}\n'
+    )
     (bin_dir / "apptainer").chmod(0o755)
     url = "postgresql+psycopg2://sweeps:secret@db:5432/sweeps"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OPTUNA_"))}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_ARRAY_TASK_ID="3")
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_ARRAY_TASK_ID="3", CUDA_VISIBLE_DEVICES="1")
     script = ["bash", str(REPO / "scripts" / "slurm-sweep.sbatch")]
     for task in ("3", "4"):
         done = subprocess.run(script, cwd=tmp_path, env={**env, "SLURM_ARRAY_TASK_ID": task, "OPTUNA_STORAGE": url})
         assert done.returncode == 0
     first, second = log.read_text().splitlines()
     assert first == second  # the same worker in every task
-    command, storage = first.split(" | ")
+    command, storage, gpus = first.split(" | ")
     assert command.startswith("exec --nv --cleanenv --bind") and storage == url and "secret" not in command
+    assert gpus == "1"  # the task's GPU, through --cleanenv
     assert command.endswith("python -m project.sweep --config configs/sweeps/lr.yaml --trainer.accelerator gpu "
                             "--trainer.devices 1")  # fmt: skip
     assert (REPO / "configs/sweeps/lr.yaml").is_file()
+    assert "#SBATCH --requeue" in (REPO / "scripts/slurm-sweep.sbatch").read_text().splitlines()
     missing = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.startswith("error: OPTUNA_STORAGE is not set")
     assert len(missing.stderr.splitlines()) == 1 and len(log.read_text().splitlines()) == 2
