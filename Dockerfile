@@ -9,6 +9,7 @@
 # (.ci/image) passes one it built itself with debootstrap (no registry needed).
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
+ARG BASE
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -18,12 +19,12 @@ ENV PYTHONUNBUFFERED=1 \
 
 # ca-certificates: downloads from inside the container (torchvision's data sets) need them; it follows
 # bookworm's updates rather than a pinned version. g++ and python3-dev: `--model.compile true` (torch.compile's
-# inductor builds C++ kernels with them on CPU, and its launchers on GPU). apt's lists and downloaded packages are
-# removed in the same layer.
+# inductor builds C++ kernels with them on CPU, and its launchers on GPU). tini: the container's PID 1 (below).
+# apt's lists and downloaded packages are removed in the same layer.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 \
-        python3-dev=3.11.2-1+b1 g++ ca-certificates \
+        python3-dev=3.11.2-1+b1 g++ ca-certificates tini \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log \
     && python3 -m venv "$VIRTUAL_ENV" \
@@ -51,14 +52,29 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
 COPY configs/ configs/
 COPY deploy/docker/entrypoint.sh /usr/local/bin/project-entrypoint
 
-# OCI labels: where the image comes from (CI passes the commit it built: --build-arg REVISION=$(git rev-parse HEAD))
+# OCI labels: where the image comes from, true to the build: the base it was built FROM (BASE; BASE_DIGEST, the
+# digest of that base, when the builder knows it), the commit, version, source and build time (.ci/image passes
+# them: --build-arg REVISION=$(git rev-parse HEAD) ...; "unknown" when not given).
 ARG REVISION=unknown
+ARG VERSION=unknown
+ARG CREATED=unknown
+ARG SOURCE=unknown
+ARG BASE_DIGEST=unknown
 LABEL org.opencontainers.image.title="project" \
       org.opencontainers.image.description="SimpleCNN/LeNet Lightning experiments: fit, evaluate, predict, export, sweep" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.base.name="debian:bookworm-slim"
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.base.name="${BASE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}"
 
+# PID 1 is tini: the kernel delivers no signal to a namespace's init that has no handler for it, so a Python
+# PID 1 without one (the sweep worker) would ignore `docker stop` and a pod's deletion until SIGKILL. tini
+# forwards SIGTERM/SIGINT to the command and reaps orphaned processes; TINI_SUBREAPER lets it do the same where
+# something else is PID 1 (`docker run --init`, buildah run).
+ENV TINI_SUBREAPER=1
 USER 1000:1000
 VOLUME ["/app/data", "/app/logs"]
-ENTRYPOINT ["project-entrypoint"]
+ENTRYPOINT ["tini", "--", "project-entrypoint"]
 CMD ["--config", "configs/mnist.yaml"]

@@ -186,6 +186,20 @@ class Sigterm(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class WaitForSignal(Callback):
+    """At training step ``SIGNAL_AT`` touches ``SIGNAL_READY`` and waits (up to 60 s) for ``SIGNAL_SENT`` to exist:
+    a test sends its signal from outside at a known step; inactive unless ``SIGNAL_AT`` is set."""
+
+    def on_train_batch_end(self, trainer, *args, **kwargs):
+        at = os.environ.get("SIGNAL_AT")
+        if at is None or trainer.global_step != int(at):
+            return
+        Path(os.environ["SIGNAL_READY"]).touch()
+        deadline = time.time() + 60
+        while not Path(os.environ["SIGNAL_SENT"]).exists() and time.time() < deadline:
+            time.sleep(0.02)
+
+
 class ProcessTree(Callback):
     """Writes ``process.json`` into the run folder when fit starts: this process's id, its parent's and its
     grandparent's (Linux ``/proc``): where a sweep trial's process came from."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -533,6 +534,55 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
             )
         )
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
+
+
+def namespace_init(unshare: int) -> int:
+    """The host pid of the process ``unshare --fork`` started: PID 1 of the new PID namespace."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        children = Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.01)
+    raise AssertionError("unshare started no process")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
+def test_sigterm_to_pid_1_reaches_fit_through_tini(tiny, tmp_path):
+    """The image's PID 1 is tini (Dockerfile), as in a container: in a PID namespace of its own (``unshare --pid``)
+    SIGTERM to PID 1, as ``docker stop`` or a pod's deletion sends it, reaches fit, which saves a checkpoint at that
+    step and ends; tini ends with it (128 + SIGTERM) and takes every process of the namespace with it. Without
+    tini the test is skipped, except in CI (``CI`` set), where .ci/run installs it (Debian: tini)."""
+    if shutil.which("tini") is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("tini is needed (Debian: apt-get install tini)")
+    ready, sent = tmp_path / "ready", tmp_path / "sent"
+    args = resume_args(tiny, tmp_path / "logs", "helpers.WaitForSignal")
+    env = with_site(
+        clean_env(PROJECT_JOB_ID="pid1", SIGNAL_AT="15", SIGNAL_READY=str(ready), SIGNAL_SENT=str(sent)),
+        tiny["site"],
+    )
+    cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", sys.executable, "-m", "project.fit", *args]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        init = namespace_init(proc.pid)
+        assert Path(f"/proc/{init}/cmdline").read_bytes().split(b"\0")[0].endswith(b"tini")
+        deadline = time.time() + 300
+        while not ready.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), proc.stdout.read()[-3000:] if proc.poll() is not None else "never reached step 15"
+        os.kill(init, signal.SIGTERM)
+        sent.touch()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
+    checkpoint = run / "checkpoints" / "hpc_ckpt_1.ckpt"
+    assert torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"] in (15, 16)
+    assert f"SIGTERM: saved {checkpoint}" in out
+    assert not (run / "results.json").exists()
+    assert not Path(f"/proc/{init}").exists()
 
 
 def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(tiny, tmp_path, monkeypatch):
