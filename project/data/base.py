@@ -195,7 +195,10 @@ class VisionDataModule(L.LightningDataModule):
                 missing = [str(p) for p in self.expected_files() if not p.exists()]
                 raise DataError(
                     f"{self.dataset_cls.__name__} data not found: missing {', '.join(missing)}. "
-                    f"Set data.download: true, or data.source_dir to a folder holding {', '.join(self.archive_names())}"
+                    "Set data.download: true, or data.source_dir to a folder holding "
+                    f"{', '.join(self.archive_names())}; "
+                    f"on a cluster whose training nodes have no network, prepare {self.data_dir} once before training "
+                    "(docs/cluster.md, Data staging: the prepare Job, or the login-node line for SLURM)"
                 )
         self.verify(md5=True)
 

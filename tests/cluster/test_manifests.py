@@ -20,7 +20,7 @@ from helpers import REPO
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
 OVERLAYS = sorted(p.parent for p in (KUSTOMIZE / "overlays").glob("*/kustomization.yaml"))
 K8S_VERSION = "1.30"  # schemas bundled with kubernetes-validate: no network
-TRAIN_JOB, SWEEP_JOB = "cnn-recipes", "cnn-recipes-sweep"
+TRAIN_JOB, SWEEP_JOB, PREPARE_JOB = "cnn-recipes", "cnn-recipes-sweep", "cnn-recipes-prepare"
 # Each Job overlay and the volume overlay it mounts (applied once, on its own)
 VOLUME_OF = {
     "nfs-2x4": "volume-nfs",
@@ -101,7 +101,7 @@ def test_every_overlay_renders_valid_resources_in_its_namespace(rendered):
     """Every rendered resource validates strictly (no unknown field) against Kubernetes' own schema, and lies in
     the overlay's namespace (none lands in ``default``), which the overlay's volume creates."""
     for name, docs in rendered.items():
-        want = {"Job", "NetworkPolicy"} if name in VOLUME_OF else {"Namespace", "PersistentVolumeClaim"}
+        want = {"Job", "NetworkPolicy"} if name in VOLUME_OF else {"Namespace", "PersistentVolumeClaim", "Job"}
         assert {d["kind"] for d in docs} >= want, name
         for doc in docs:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
@@ -130,7 +130,7 @@ def test_deleting_or_rerunning_a_job_keeps_the_volume_and_the_run(rendered):
                 names.add((name, run))
     assert len({run for _, run in names}) == len(names) - 1  # kueue-2x4 is nfs-2x4 queued: the same run
     base = render(KUSTOMIZE / "volume")
-    assert {d["kind"] for d in base} == {"Namespace", "PersistentVolumeClaim"}
+    assert {d["kind"] for d in base} == {"Namespace", "PersistentVolumeClaim", "Job"}
     labels = one(base, "Namespace")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
@@ -164,10 +164,11 @@ def test_pods_meet_pod_security_restricted_and_are_bounded(rendered):
                 assert "privileged" not in sc and "runAsUser" not in sc  # the pod's user, set in one place
                 assert re.fullmatch(r"[a-z0-9.\-/]+@sha256:[0-9a-f]{64}", c["image"]), c["image"]
                 res = c["resources"]
-                for key in ("cpu", "memory", "nvidia.com/gpu"):
-                    assert res["requests"][key] == res["limits"][key], (name, key)
+                assert res["requests"] == res["limits"] and {"cpu", "memory"} <= res["limits"].keys(), (name, res)
             mounts = {m["mountPath"] for c in pod["containers"] for m in c["volumeMounts"]}
-            assert {"/tmp", "/dev/shm", "/shared"} <= mounts  # what a read-only root file system still needs
+            assert {"/tmp", "/shared"} <= mounts  # what a read-only root file system still needs
+            if job["metadata"]["name"] != PREPARE_JOB:  # GPU jobs: loader workers share batches through /dev/shm
+                assert "/dev/shm" in mounts and c["resources"]["limits"]["nvidia.com/gpu"] >= 1
 
 
 def test_rendezvous_port_reachable_only_from_the_jobs_own_pods(rendered):
@@ -216,7 +217,7 @@ def test_storage_class_comes_from_the_overlay(rendered):
 
 def test_volume_owner_patch_sets_the_pods_user(rendered):
     """On NFS-like volumes fsGroup does nothing: the overlays for them run the pods as the volume's owner."""
-    for name, job_name in (("nfs-2x4", TRAIN_JOB), ("sweep-postgres", SWEEP_JOB)):
+    for name, job_name in (("nfs-2x4", TRAIN_JOB), ("sweep-postgres", SWEEP_JOB), ("volume-nfs", PREPARE_JOB)):
         patch = yaml.safe_load((KUSTOMIZE / "overlays" / name / "volume-owner.yaml").read_text())
         want = patch["spec"]["template"]["spec"]["securityContext"]
         ctx = one(rendered[name], "Job", job_name)["spec"]["template"]["spec"]["securityContext"]
@@ -433,3 +434,47 @@ def test_the_kueue_overlay_is_the_same_job_suspended_on_its_queue(rendered):
     assert queued == plain
     others = [d for d in rendered["kueue-2x4"] if d["kind"] != "Job"]
     assert others == [d for d in rendered["nfs-2x4"] if d["kind"] != "Job"]
+
+
+def data_module_of(config: Path) -> str:
+    """The DataModule class a config (or a sweep file's base config) trains on."""
+    doc = yaml.safe_load(config.read_text())
+    if "base" in doc:  # a sweep file
+        return data_module_of(REPO / doc["base"]["config"][0])
+    return doc["data"]["class_path"].rsplit(".", 1)[-1]
+
+
+def test_jobs_train_without_downloads_on_the_data_the_prepare_job_staged(rendered):
+    """Training and sweep pods run with downloads off (their nodes need no network); the prepare Job of their
+    volume overlay stages every data set they train on into the same folder of the same claim, on x86_64."""
+    for name, volume in VOLUME_OF.items():
+        prepare = one(rendered[volume], "Job", PREPARE_JOB)
+        (container,) = prepare["spec"]["template"]["spec"]["containers"]
+        assert container["args"][:2] == ["python", "-c"]
+        staged = set(re.findall(r"\b(\w+DataModule)\b", container["args"][2])) - {"DataModule"}
+        assert 'data_dir="/shared/data"' in container["args"][2] and ".prepare_data()" in container["args"][2]
+        assert prepare["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+        for job in jobs(rendered[name]):
+            (train,) = job["spec"]["template"]["spec"]["containers"]
+            args = [a for a in train["args"] if a.startswith("--")]
+            assert "--data.download=false" in args and "--data.data_dir=/shared/data" in args, (name, args)
+            configs = [REPO / a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+            assert data_module_of(configs[0]) in staged, (name, configs[0], staged)
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in prepare["spec"]["template"]["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v]  # fmt: skip
+        assert claims == [one(rendered[volume], "PersistentVolumeClaim")["metadata"]["name"]]
+
+
+def test_the_prepare_jobs_command_prepares_each_data_set_in_the_shared_folder(monkeypatch):
+    """The prepare Job's Python, run as written (its imports, its loop), each DataModule's ``prepare_data``
+    recorded instead of downloading: every data set it names, once, into /shared/data."""
+    from project.data import modules
+
+    prepared = []
+    for name in dir(modules):
+        cls = getattr(modules, name)
+        if isinstance(cls, type) and name.endswith("DataModule") and hasattr(cls, "prepare_data"):
+            monkeypatch.setattr(cls, "prepare_data", lambda self, _n=name: prepared.append((_n, str(self.data_dir))))
+    (container,) = one(render(KUSTOMIZE / "volume"), "Job", PREPARE_JOB)["spec"]["template"]["spec"]["containers"]
+    exec(compile(container["args"][2], "deploy/kubernetes/volume/prepare.yaml", "exec"), {})  # noqa: S102
+    assert sorted(prepared) == [("CIFAR10DataModule", "/shared/data"), ("FashionMNISTDataModule", "/shared/data")]

@@ -312,13 +312,13 @@ def test_sbatch_script_checkpoints_then_requeues_on_the_preemption_signal(runtim
     if runtime == "apptainer":
         prepare, srun, task, requeue = calls
         image = "apptainer exec --nv --cleanenv --bind"
-        assert prepare.startswith(image) and "prepare_data()" in prepare and "procid= gpus=" in prepare
+        assert prepare.startswith(image) and "download=False).prepare_data()" in prepare and "procid= gpus=" in prepare
         assert srun.startswith("srun --kill-on-bad-exit=1 bash -c") and srun.endswith("| cpus=8")
         assert task.startswith(image) and task.endswith("| procid=5 gpus=2 nccl=ib0 host_path=")
     else:
         srun_prepare, prepare, srun, task, requeue = calls
         assert srun_prepare.startswith("srun --ntasks=1 --nodes=1 --container-image=project.sqsh --container-mounts=")
-        assert "prepare_data()" in prepare
+        assert "download=False).prepare_data()" in prepare
         assert srun.startswith("srun --kill-on-bad-exit=1 --container-image=project.sqsh --container-mounts=")
         assert srun.endswith("| cpus=8") and "--container-workdir=/app python -m project.fit" in srun
         assert task.endswith("| procid=5 gpus=2 nccl=ib0 host_path=")

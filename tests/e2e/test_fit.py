@@ -193,7 +193,10 @@ def test_missing_data_without_download_or_source(tmp_path, monkeypatch, capsys):
     code = run_main(["--data.data_dir", str(tmp_path / "none"), "--data.download", "false"])
     assert code == 1
     err = capsys.readouterr().err
-    assert "error: MNIST data not found" in err and "data.source_dir" in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "error: MNIST data not found" in err and "data.source_dir" in err
+    assert f"prepare {tmp_path / 'none'} once before training" in lines[0]  # the cluster's prepare step, named
+    assert "Data staging" in lines[0] and "## Data staging" in (REPO / "docs/cluster.md").read_text()
     assert run_dirs(tmp_path / "logs") == []
 
 
