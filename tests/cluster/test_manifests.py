@@ -27,7 +27,9 @@ VOLUME_OF = {
     "cephfs-4x8": "volume-cephfs",
     "sweep-postgres": "volume-nfs",
     "kueue-2x4": "volume-nfs",
+    "jobset-2x4": "volume-nfs",
 }
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"  # the JobSet controller's label on the Jobs and pods it creates
 
 
 def render(folder: Path) -> list[dict]:
@@ -49,7 +51,22 @@ def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
 
 
 def jobs(docs: list[dict]) -> list[dict]:
-    return [d for d in docs if d["kind"] == "Job"]
+    """The Jobs of a rendering, with the Jobs each JobSet creates (replica 0 of each replicated Job, named and
+    labelled as the JobSet controller names and labels them: ``<jobset>-<replicated job>-0``)."""
+    found = [d for d in docs if d["kind"] == "Job"]
+    for jobset in (d for d in docs if d["kind"] == "JobSet"):
+        meta = jobset["metadata"]
+        for replicated in jobset["spec"]["replicatedJobs"]:
+            labels = {**meta.get("labels", {}), JOBSET_LABEL: meta["name"]}
+            name = f"{meta['name']}-{replicated['name']}-0"
+            metadata = {"name": name, "namespace": meta["namespace"], "labels": labels}
+            found.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, **replicated["template"]})
+    return found
+
+
+def gang(job: dict) -> bool:
+    """Whether a Job (of :func:`jobs`) is one a JobSet created."""
+    return JOBSET_LABEL in job["metadata"].get("labels", {})
 
 
 def selects(selector: dict, labels: dict) -> bool:
@@ -78,8 +95,10 @@ def ingress_allowed(policies: list[dict], target: dict, source: dict, port: int)
 
 
 def pod_labels(job: dict) -> dict:
-    """The labels the Job controller gives its pods: the template's, plus the Job's name."""
-    return {**job["spec"]["template"]["metadata"]["labels"], "batch.kubernetes.io/job-name": job["metadata"]["name"]}
+    """The labels the Job controller gives its pods: the template's, plus the Job's name (and a JobSet's name)."""
+    jobset = {JOBSET_LABEL: job["metadata"]["labels"][JOBSET_LABEL]} if gang(job) else {}
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    return {**labels, "batch.kubernetes.io/job-name": job["metadata"]["name"], **jobset}
 
 
 def env_of(container: dict) -> dict:
@@ -99,12 +118,14 @@ def rendered() -> dict[str, list[dict]]:
 
 def test_every_overlay_renders_valid_resources_in_its_namespace(rendered):
     """Every rendered resource validates strictly (no unknown field) against Kubernetes' own schema, and lies in
-    the overlay's namespace (none lands in ``default``), which the overlay's volume creates."""
+    the overlay's namespace (none lands in ``default``), which the overlay's volume creates. No schema for a JobSet
+    is at hand offline: the Jobs it creates are validated, and its own fields in the gang test below."""
     for name, docs in rendered.items():
         want = {"Job", "NetworkPolicy"} if name in VOLUME_OF else {"Namespace", "PersistentVolumeClaim", "Job"}
-        assert {d["kind"] for d in docs} >= want, name
+        assert {"Job" if d["kind"] == "JobSet" else d["kind"] for d in docs} >= want, name
+        for doc in [d for d in docs if d["kind"] != "JobSet"] + [j for j in jobs(docs) if gang(j)]:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # a JobSet: the Jobs it creates
         for doc in docs:
-            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
             if doc["kind"] != "Namespace":  # cluster-scoped
                 assert doc["metadata"].get("namespace") not in (None, "", "default"), (name, doc["metadata"])
         if name in VOLUME_OF:
@@ -122,9 +143,10 @@ def test_deleting_or_rerunning_a_job_keeps_the_volume_and_the_run(rendered):
         docs = rendered[name]
         assert not {d["kind"] for d in docs} & {"PersistentVolumeClaim", "Namespace"}, name
         for job in jobs(docs):
-            assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 30 * 24 * 3600
-            if job["metadata"]["name"] == TRAIN_JOB:
-                (container,) = job["spec"]["template"]["spec"]["containers"]
+            owner = one(docs, "JobSet") if gang(job) else job  # a JobSet's Jobs go with it
+            assert 0 < owner["spec"]["ttlSecondsAfterFinished"] <= 30 * 24 * 3600
+            (container,) = job["spec"]["template"]["spec"]["containers"]
+            if job["metadata"]["name"] != SWEEP_JOB:
                 run = env_of(container)["PROJECT_JOB_ID"]
                 assert isinstance(run, str) and re.fullmatch(r"[\w.-]+", run), run
                 names.add((name, run))
@@ -229,7 +251,7 @@ def test_node_loss_restarts_the_job_instead_of_failing_it(rendered):
     """A pod lost with its node (or evicted, preempted) is replaced without counting; other failures count per
     node (index), not for the whole Job; a replacement never runs beside the pod it replaces."""
     for docs in rendered.values():
-        for job in jobs(docs):
+        for job in [j for j in jobs(docs) if not gang(j)]:  # a JobSet restarts its gang instead (below)
             spec = job["spec"]
             assert spec["completionMode"] == "Indexed" and spec["template"]["spec"]["restartPolicy"] == "Never"
             assert spec["backoffLimitPerIndex"] >= 2 and "backoffLimit" not in spec
@@ -300,7 +322,9 @@ def test_every_skipped_policy_check_is_justified():
     skips = []
     for path in KUSTOMIZE.rglob("*.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
-            for key, value in ((doc or {}).get("metadata", {}).get("annotations") or {}).items():
+            if not isinstance(doc, dict):  # a JSON patch (a list of operations)
+                continue
+            for key, value in (doc.get("metadata", {}).get("annotations") or {}).items():
                 if key.startswith("checkov.io/skip"):
                     skips.append(value)
                     check, _, why = value.partition("=")
@@ -406,7 +430,7 @@ def test_training_pods_take_one_node_each_and_overlays_set_runtime_and_priority(
             anti = (
                 pod.get("affinity", {}).get("podAntiAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
             )
-            if job["metadata"]["name"] != TRAIN_JOB:
+            if job["metadata"]["name"] == SWEEP_JOB:
                 assert anti is None, name
                 continue
             (rule,) = anti
@@ -478,3 +502,44 @@ def test_the_prepare_jobs_command_prepares_each_data_set_in_the_shared_folder(mo
     (container,) = one(render(KUSTOMIZE / "volume"), "Job", PREPARE_JOB)["spec"]["template"]["spec"]["containers"]
     exec(compile(container["args"][2], "deploy/kubernetes/volume/prepare.yaml", "exec"), {})  # noqa: S102
     assert sorted(prepared) == [("CIFAR10DataModule", "/shared/data"), ("FashionMNISTDataModule", "/shared/data")]
+
+
+def test_the_gang_restarts_every_node_and_resumes_its_run(rendered):
+    """jobset-2x4: nfs-2x4's training as a JobSet. Any pod's failure fails its Job at once (no per-pod retries, a
+    lost node included), and the JobSet then restarts every node together, up to ``maxRestarts``; the restarted gang
+    keeps its run's name, so it resumes the run. Pod DNS is published before readiness, torchrun's master is node
+    0's name under the JobSet's subdomain, and port 29500 admits only the gang's own pods. The pod template is
+    nfs-2x4's but for those names and the gang's labels."""
+    docs = rendered["jobset-2x4"]
+    jobset = one(docs, "JobSet")
+    assert set(jobset["spec"]) <= {"failurePolicy", "network", "replicatedJobs", "ttlSecondsAfterFinished"}
+    assert 1 <= jobset["spec"]["failurePolicy"]["maxRestarts"] <= 10
+    network = jobset["spec"]["network"]
+    assert network["enableDNSHostnames"] is True and network["publishNotReadyAddresses"] is True
+    (job,) = jobs(docs)
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0 and spec["completions"] == spec["parallelism"] == 2
+    assert spec["podFailurePolicy"]["rules"] == [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
+    (container,) = spec["template"]["spec"]["containers"]
+    master = f"--master_addr={job['metadata']['name']}-0.{network['subdomain']}"  # <jobset>-node-0-0.<subdomain>
+    assert master in container["args"]
+    me = pod_labels(job)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert ingress_allowed(policies, me, me, 29500)
+    plain_job = one(rendered["nfs-2x4"], "Job", TRAIN_JOB)
+    for stranger in ({}, {**me, JOBSET_LABEL: "someone-else"}, pod_labels(plain_job)):
+        assert not ingress_allowed(policies, me, stranger, 29500), stranger
+    plain, mine = copy.deepcopy(plain_job["spec"]["template"]), copy.deepcopy(spec["template"])
+    for template in (plain, mine):
+        template["metadata"]["labels"].pop("app.kubernetes.io/component")
+        anti = template["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        anti[0]["labelSelector"]["matchLabels"].pop("app.kubernetes.io/component")
+        (c,) = template["spec"]["containers"]
+        c["args"] = [a for a in c["args"] if not a.startswith("--master_addr=")]
+        c["env"] = [e for e in c["env"] if e["name"] != "PROJECT_JOB_ID"]
+        template["spec"].pop("subdomain", None)
+        for key in ("runtimeClassName", "priorityClassName"):  # nfs-2x4's scheduling.yaml: a site's choice
+            template["spec"].pop(key, None)
+    assert mine == plain
