@@ -5,14 +5,17 @@ whole key, the value given and what the key takes (``data.batch_size: 0 is not a
 
 from __future__ import annotations
 
+import difflib
 import enum
 import importlib
 import re
 import types
 import typing
 from collections import abc
+from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
 from jsonargparse import ArgumentError
 
 from project.errors import UserError
@@ -22,12 +25,14 @@ class ParseError(ArgumentError):
     """jsonargparse's refusal of a command line or config file, with the parser that refused it.
 
     :meth:`project.cli.parser.ProjectCLI.parse_arguments` raises it from jsonargparse's ``ArgumentError`` (the
-    ``__cause__``), so that :func:`explain_parse_error` can look up the type the parser declares for the key.
+    ``__cause__``), so that :func:`explain_parse_error` can look up the type the parser declares for the key, with
+    ``hint``: where a misspelled key stands and the closest valid key (:func:`misspelling_hint`), or ``""``.
     """
 
-    def __init__(self, error: ArgumentError, parser: Any) -> None:
+    def __init__(self, error: ArgumentError, parser: Any, hint: str = "") -> None:
         super().__init__(None, error.message)
         self.parser = parser
+        self.hint = hint
 
 
 class _Said(NamedTuple):
@@ -89,6 +94,12 @@ def explain_parse_error(error: BaseException) -> str:
     project.data.MNISTDataModule has no such option (...)``. Any other error (a ``ConfigError`` raised while a
     class was instantiated, e.g. ``model.net: ...``) is its first line.
     """
+    line = _explain(error)
+    hint = next((e.hint for e in _chain(error) if isinstance(e, ParseError) and e.hint), "")
+    return f"{line}; {hint}" if hint else line
+
+
+def _explain(error: BaseException) -> str:
     chain = _chain(error)
     said = [_said(e) for e in chain]
     keys = [s.key for e, s in zip(chain, said) if isinstance(e, TypeError) and s.key and s.key != "init_args"]
@@ -169,3 +180,173 @@ def _is_union(declared: Any) -> bool:
 def _first_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+# -- misspelled keys: where they stand, and the closest valid key ------------------------------------------------
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.+)$")
+_NOT_ACCEPTED = re.compile(r"Group '([^']+)' does not accept option '([^']+)'")
+_SKIPPED = {"class_path", "init_args", "__path__", "config"}  # levels and bookkeeping keys a user does not write
+
+
+def misspelling_hint(error: ArgumentError, parser: Any, args: list[str]) -> str:
+    """For an unknown key (``--trainer.max_epoch 1`` on the command line, ``max_epoch:`` under ``trainer:`` in a
+    ``--config`` file, ``--model.lr``), where it stands and the closest valid key: ``did you mean
+    --trainer.max_epochs?``, ``in configs/x.yaml, line 2; did you mean trainer.max_epochs?``. The valid keys are
+    those of the command with the unknown key left out (parsed again: the classes the command chose, their init
+    arguments included, ``init_args`` levels dropped); closest by :func:`difflib.get_close_matches`, else a key
+    ending in the same name (``--model.lr``: ``--model.optimizer.lr``). ``""`` for any other error, or when the
+    command does not parse without the key either."""
+    keys, cleaned, where = _unknown_keys(error, args)
+    unknown: list[tuple[str, str]] = []  # (key, where) of each unknown key, in the order they were refused
+    printing = vars(parser).pop("print_config", None)  # what the refused parse's --print_config left to print
+    try:
+        for _ in range(8):  # a few misspellings at once: each parse again refuses the next one
+            if not keys or cleaned is None:
+                return ""
+            unknown += [(k, where) for k in keys]
+            cleaned = [a for a in cleaned if not a.startswith(("--print_config", "--help", "-h"))]  # print, exit
+            try:
+                valid = set(_flat_keys(parser.parse_args(cleaned).as_dict()))
+                break
+            except ArgumentError as again:
+                keys, cleaned, where = _unknown_keys(again, cleaned)
+        else:
+            return ""
+    except (Exception, SystemExit):  # another problem besides: the line says what jsonargparse said, no guess
+        return ""
+    finally:
+        if printing is not None:
+            parser.print_config = printing
+    hints = [_hint(key, where, valid, named=len(unknown) > 1) for key, where in unknown]
+    return "; ".join(h for h in hints if h)
+
+
+def _hint(key: str, where: str, valid: set[str], named: bool) -> str:
+    """``did you mean --KEY?`` (command line; ``--BAD: did you mean --KEY?`` when several are ``named``), or
+    ``BAD in FILE, line N; did you mean KEY?`` (a config file); ``""`` for a command-line key with no guess."""
+    guess = _closest(key, valid)
+    if where:
+        return f"{key} in {where}" + (f"; did you mean {guess}?" if guess else "")
+    if guess is None:
+        return ""
+    return f"--{key}: did you mean --{guess}?" if named else f"did you mean --{guess}?"
+
+
+def _unknown_keys(error: ArgumentError, args: list[str]) -> tuple[list[str], list[str] | None, str]:
+    """The unknown keys an error names, the command line without them, and the file and line of one given in a
+    ``--config`` file (``""`` for the command line)."""
+    messages = [str(e).strip().splitlines()[-1].strip() for e in _chain(error) if str(e).strip()]
+    for message in messages:
+        if match := _UNRECOGNIZED.search(message):
+            keys = [t[2:].split("=", 1)[0] for t in match.group(1).split() if t.startswith("--")]
+            return keys, _without_options(args, keys), ""
+        if match := _NOT_ACCEPTED.search(message):
+            return _in_config_files([_user_key(f"{match.group(1)}.{match.group(2)}")], args)
+    said = [_said(e) for e in _chain(error)]
+    if isinstance(_chain(error)[-1], KeyError) and (option := said[-1].option):
+        keys = [s.key for e, s in zip(_chain(error), said) if isinstance(e, TypeError) and s.key]
+        key = _user_key(".".join([*keys, option]))
+        if any(a.split("=", 1)[0] == f"--{key}" for a in args):
+            return [key], _without_options(args, [key]), ""
+        return _in_config_files([key], args)
+    return [], None, ""
+
+
+def _user_key(key: str) -> str:
+    """A key as a user writes it: ``model.init_args.optimizer.init_args.lr`` is ``model.optimizer.lr``."""
+    return ".".join(part for part in key.split(".") if part != "init_args")
+
+
+def _without_options(args: list[str], keys: list[str]) -> list[str]:
+    """``args`` without ``--KEY VALUE`` and ``--KEY=VALUE`` for each of ``keys``."""
+    out, skip = [], False
+    for i, token in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+        if name in keys:
+            skip = "=" not in token and i + 1 < len(args) and not args[i + 1].startswith("--")
+            continue
+        out.append(token)
+    return out
+
+
+def _in_config_files(keys: list[str], args: list[str]) -> tuple[list[str], list[str] | None, str]:
+    """Find ``keys[0]`` in the ``--config`` files of ``args``: the keys, the command line with that file's key
+    removed (the file's content given inline, as jsonargparse takes ``--config``), and ``FILE, line N``."""
+    for i, token in enumerate(args):
+        path = args[i + 1] if token == "--config" and i + 1 < len(args) else token.partition("=")[2]
+        if not (token == "--config" or token.startswith("--config=")) or not Path(path).is_file():
+            continue
+        try:
+            text = Path(path).read_text()
+            line = _line_of(yaml.compose(text), keys[0].split("."))
+        except (OSError, yaml.YAMLError):
+            continue
+        if line is None:
+            continue
+        content = yaml.safe_load(text)
+        _drop(content, keys[0].split("."))
+        inline = yaml.safe_dump(content) if content else "{}"
+        cleaned = [*args[:i], "--config", inline, *args[i + (2 if token == "--config" else 1) :]]
+        return keys, cleaned, f"{path}, line {line}"
+    return keys, None, ""
+
+
+def _line_of(node: Any, parts: list[str]) -> int | None:
+    """The 1-based line of the key ``parts`` in a composed YAML ``node`` (``init_args`` levels looked through)."""
+    if not isinstance(node, yaml.MappingNode) or not parts:
+        return None
+    for key, value in node.value:
+        if key.value == parts[0]:
+            return key.start_mark.line + 1 if len(parts) == 1 else _line_of(value, parts[1:])
+        if key.value == "init_args" and (line := _line_of(value, parts)) is not None:
+            return line
+    return None
+
+
+def _drop(content: Any, parts: list[str]) -> None:
+    """Remove the key ``parts`` from a loaded YAML mapping (``init_args`` levels looked through)."""
+    if not isinstance(content, dict):
+        return
+    if parts[0] in content:
+        if len(parts) == 1:
+            del content[parts[0]]
+        else:
+            _drop(content[parts[0]], parts[1:])
+    elif "init_args" in content:
+        _drop(content["init_args"], parts)
+
+
+def _flat_keys(config: Any, prefix: str = "") -> list[str]:
+    """Every key of a parsed config, dotted, as a user writes it (without ``class_path``/``init_args`` levels)."""
+    if isinstance(config, list):
+        return [k for item in config for k in _flat_keys(item, prefix)]
+    if not isinstance(config, dict):
+        return [prefix] if prefix else []
+    keys = [prefix] if prefix else []
+    for key, value in config.items():
+        if key in _SKIPPED:
+            keys += _flat_keys(value, prefix) if key == "init_args" else []
+        else:
+            keys += _flat_keys(value, f"{prefix}.{key}" if prefix else key)
+    return keys
+
+
+def _closest(key: str, valid: set[str]) -> str | None:
+    """The valid key closest to ``key`` in spelling; else, under the same first part, the closest key ending in the
+    same name, then in a close name (``model.lr``, ``model.lrr``: ``model.optimizer.lr``); else None."""
+    close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.8)
+    if close:
+        return close[0]
+    first, last = key.split(".", 1)[0], key.rsplit(".", 1)[-1]
+    under = sorted(k for k in valid if k.startswith(f"{first}.") and k != key)  # a level skipped or misspelled
+    for cutoff in (1.0, 0.75):  # the same name, then a close one
+        names = {k.rsplit(".", 1)[-1] for k in under}
+        near = set(difflib.get_close_matches(last, sorted(names), n=3, cutoff=cutoff))
+        found = [k for k in under if k.rsplit(".", 1)[-1] in near]
+        if found:
+            return max(found, key=lambda k: difflib.SequenceMatcher(None, key, k).ratio())
+    return None

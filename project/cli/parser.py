@@ -29,7 +29,7 @@ from project.callbacks.pruning import Pruning
 from project.callbacks.training import CudnnFlags, Throughput
 from project.cli import checks
 from project.cli.gate import CheckpointGate
-from project.cli.parse_errors import ParseError
+from project.cli.parse_errors import ParseError, misspelling_hint
 from project.cluster import ddp, slurm
 from project.data.base import VisionDataModule
 from project.module import ImageClassifier
@@ -198,7 +198,8 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             self.check_before_printing(parser, list(args) if isinstance(args, list | tuple) else [])
             super().parse_arguments(parser, args)
         except ArgumentError as e:  # with the parser, whose declared types explain_parse_error looks up
-            raise ParseError(e, parser) from e
+            given_args = list(args) if isinstance(args, list | tuple) else []
+            raise ParseError(e, parser, misspelling_hint(e, parser, given_args)) from e
         finally:
             sys.argv = argv
         # checked here, before LightningCLI seeds: its "Seed set to N" line would come before an error line

@@ -48,7 +48,7 @@ KINDS = [
     ),
     (["--model.optimizer.init_args.lr", "abc"], "model.optimizer.lr: invalid value 'abc'; expected float"),
     # an unknown option
-    (["--model.lrr", "0.1"], "unrecognized arguments: --model.lrr 0.1"),
+    (["--model.lrr", "0.1"], "unrecognized arguments: --model.lrr 0.1; did you mean --model.optimizer.lr?"),
 ]
 
 
@@ -71,13 +71,15 @@ def test_a_misspelled_yaml_key_names_the_key_the_class_and_where_its_options_are
     (tmp_path / "model.yaml").write_text("model:\n  lrr: 0.1\n")
     cls = "project.data.MNISTDataModule"
     assert explain_parse_error(refusal(["--config", str(tmp_path / "typo.yaml")])) == (
-        f"data.batch_sise: {cls} has no such option (its options: --data.help {cls})"
+        f"data.batch_sise: {cls} has no such option (its options: --data.help {cls}); "
+        f"data.batch_sise in {tmp_path / 'typo.yaml'}, line 3; did you mean data.batch_size?"
     )
     assert explain_parse_error(refusal(["--config", str(tmp_path / "float.yaml")])) == (
         "data.batch_size: 12.5 not an integer (expected PositiveInt)"
     )
     assert explain_parse_error(refusal(["--config", str(tmp_path / "model.yaml")])) == (
-        "Group 'model' does not accept option 'lrr'"
+        f"Group 'model' does not accept option 'lrr'; model.lrr in {tmp_path / 'model.yaml'}, line 2; "
+        "did you mean model.optimizer.lr?"
     )
 
 
