@@ -409,7 +409,8 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
 @pytest.mark.parametrize("picked", ["32-true", "bf16-mixed", "16-mixed"])
 @pytest.mark.parametrize("name", list(SWITCHES))
 def test_every_switch_under_each_auto_precision(name, picked, tiny_mnist, tmp_path, monkeypatch):
-    """tests/test_paths.py's switch matrix, with auto_precision picking each precision it can pick."""
+    """Every switch (helpers.SWITCHES) trains and is recorded, under each precision auto_precision can pick
+    (configs/mnist.yaml sets auto_precision: a plain run of a switch is one of these three)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(project.cli.checks, "fastest_precision", lambda accelerator: picked)
     extra, expected = SWITCHES[name]
