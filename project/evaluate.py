@@ -18,6 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from project.cli.commands import Command, RunJob, main_of
 from project.cli.entry import exit_with
+from project.report.figures import class_accuracies
 from project.runs import files, layout
 
 
@@ -29,7 +30,8 @@ def evaluate(job: RunJob) -> dict[str, Any]:
     """Evaluate ``--split`` and write ``eval-<ckpt>-<split>.json``.
 
     Returns:
-        ``acc``, ``loss`` (fractions / mean cross-entropy), ``per_class_acc`` ({class: fraction}),
+        ``acc``, ``loss`` (fractions / mean cross-entropy), ``per_class_acc`` ({class: fraction, or null for a
+        class without images in the split}),
         ``confusion_matrix`` (rows: true class), ``samples``, ``split``, ``ckpt``, ``precision``.
     """
     cli, data, split = job.cli, job.cli.datamodule, job.options.split
@@ -39,12 +41,11 @@ def evaluate(job: RunJob) -> dict[str, Any]:
     else:
         metrics = cli.trainer.test(cli.model, datamodule=data, verbose=False)[0]
         confusion = cli.model.test_confusion
-    rows = confusion.sum(1).clamp(min=1)
     classes = data.classes
     out = {
         "acc": metrics[f"{split}/acc"],
         "loss": metrics[f"{split}/loss"],
-        "per_class_acc": {classes[i]: float(confusion[i, i] / rows[i]) for i in range(len(classes))},
+        "per_class_acc": dict(zip(classes, class_accuracies(confusion), strict=True)),
         "confusion_matrix": confusion.tolist(),
         "samples": int(confusion.sum()),
         "split": split,

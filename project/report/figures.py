@@ -44,8 +44,8 @@ def confusion_figure(confusion: torch.Tensor, labels: list[str] | None = None) -
     ax.set_yticks(range(n), labels, fontsize=9)
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    acc = counts.trace() / max(counts.sum(), 1)
-    ax.set_title(f"test confusion matrix (acc {acc:.4f}, {int(counts.sum())} images)", fontsize=10)
+    acc = f"{counts.trace() / counts.sum():.4f}" if counts.sum() > 0 else "undefined"
+    ax.set_title(f"test confusion matrix (acc {acc}, {int(counts.sum())} images)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -117,10 +117,19 @@ class TestReport(L.Callback):
             write_test_report(trainer, pl_module)
 
 
+def class_accuracies(confusion: Any) -> list[float | None]:
+    """Each class's accuracy from a confusion matrix ((C, C) counts, rows: true class): right / images of that
+    class, a fraction in [0, 1], or ``None`` for a class without images, which has no accuracy (not 0.0: nothing
+    was misclassified, nothing was classified)."""
+    rows = confusion.sum(1)
+    return [float(confusion[i, i] / rows[i]) if rows[i] > 0 else None for i in range(len(rows))]
+
+
 def write_test_report(trainer: L.Trainer, model: Any) -> None:
     """After testing (rank 0): confusion matrix, misclassified images, per-class accuracy and PR curves.
 
-    Tags: images ``test/confusion_matrix``, ``test/misclassified``; scalars ``test/class_acc/<class>``;
+    Tags: images ``test/confusion_matrix``, ``test/misclassified``; scalars ``test/class_acc/<class>`` (none for a
+    class without test images);
     PR curves ``test/pr/<class>``. Under DDP the images and PR curves cover rank 0's share of the test set,
     the confusion matrix and per-class accuracy all of it.
     """
@@ -132,10 +141,10 @@ def write_test_report(trainer: L.Trainer, model: Any) -> None:
     labels = [str(x) for x in labels]
     confusion = model.test_confusion
     writer.add_figure("test/confusion_matrix", confusion_figure(confusion, labels), step)
-    rows = confusion.sum(1).clamp(min=1)
     tags = [re.sub(r"[^A-Za-z0-9_.-]+", "_", name) for name in labels]  # "9 - nine" -> "9_-_nine"
-    for i, tag in enumerate(tags):
-        writer.add_scalar(f"test/class_acc/{tag}", float(confusion[i, i] / rows[i]), step)
+    for tag, acc in zip(tags, class_accuracies(confusion)):
+        if acc is not None:  # a class without test images has no accuracy: no point, rather than a 0.0
+            writer.add_scalar(f"test/class_acc/{tag}", acc, step)
     out = model.test_outputs
     if out["wrong"]:
         writer.add_figure("test/misclassified", misclassified_figure(out["wrong"], data.mean, data.std, labels), step)
