@@ -197,3 +197,40 @@ def test_a_run_without_pruning_records_a_dense_net(trained_run):
     assert (r["sparsity"], r["sparsity_per_layer"], r["structured_pruning"]) == (0.0, {}, None)
     assert r["nonzero_params"] == r["params"] == r["params_before"] > 0
     assert r["macs_per_sample"] == r["macs_per_sample_before"] > 0
+
+
+class KeptWeights(L.Callback):
+    """After the callbacks before it (a pruning step) at each epoch start: the largest distance of the kept weights
+    (mask 1) of ``lin.weight`` from their initial values, and the sparsity."""
+
+    def on_fit_start(self, trainer, pl_module):
+        self.initial, self.rows = pl_module.lin.weight.detach().clone(), []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        lin = pl_module.lin
+        orig = getattr(lin, "weight_orig", lin.weight).detach()
+        kept = getattr(lin, "weight_mask", torch.ones_like(orig)).bool()
+        self.rows.append((float((orig[kept] - self.initial[kept]).abs().max()), float(1 - kept.float().mean())))
+
+
+@pytest.mark.parametrize("global_pruning", [True, False])
+def test_lottery_ticket_resets_the_kept_weights_to_their_initial_values_at_every_step(global_pruning):
+    """``lottery_ticket``: after each pruning step of a schedule (epochs 0, 1, 2 to 60 %), every weight still kept
+    holds its initial value again (Frankle & Carbin 2019), not only after the first step; after the schedule,
+    training moves them."""
+    torch.manual_seed(0)
+    check = KeptWeights()
+    pruning = Pruning(amount=0.6, end_epoch=2, global_pruning=global_pruning, lottery_ticket=True)
+    trainer = L.Trainer(
+        max_epochs=4,
+        callbacks=[pruning, check],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(LinearModel(), linear_data())
+    distances, sparsities = zip(*check.rows)
+    assert distances[:3] == (0.0, 0.0, 0.0), distances  # every step of the schedule
+    assert distances[3] > 0.01  # trained after the last step
+    assert sparsities[0] < sparsities[1] < sparsities[2] == pytest.approx(0.6, abs=0.02)
