@@ -88,26 +88,54 @@ def default_storage(folder: Path) -> str:
     return f"sqlite:///{folder.resolve() / 'study.db'}"
 
 
-def shown(url: str) -> str:
-    """A storage URL fit to print or store: its password replaced by ``***`` (SQLAlchemy's own rendering of a
-    URL; for a string SQLAlchemy cannot parse, whatever sits between ``user:`` and ``@``)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+# A query parameter whose name says it holds a credential: password=, sslpassword=, token=, api_key=, secret=, ...
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|cred|signature|sig$", re.IGNORECASE)
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+UNPARSABLE = "<a URL that cannot be parsed, hidden>"
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError, TypeError):
-        return re.sub(r"(//[^/@:]*:)[^/]*@", r"\1***@", url)
+
+def shown(url: str) -> str:
+    """A URL fit to print or store: the password of its user info and the value of every query parameter whose
+    name says it holds a credential (``password``, ``sslpassword``, ``token``, ``api_key``, ``secret``, ...)
+    replaced by ``***``; a string that is not ``scheme://...`` is hidden whole (:data:`UNPARSABLE`): where its
+    secrets stand cannot be told."""
+    match = _SCHEME.match(url)
+    if match is None:
+        return UNPARSABLE
+    scheme, rest = match.group(0), url[match.end() :]
+    at = rest.rfind("@")
+    if at >= 0 and ":" in rest[:at]:  # user:password@host; the last @ (a password may hold one)
+        rest = f"{rest[: rest.index(':')]}:***{rest[at:]}"
+    head, question, query = rest.partition("?")
+    if question:
+        query, hash_, fragment = query.partition("#")
+        pairs = [p.partition("=") for p in query.split("&")]
+        query = (
+            "&".join(k + eq + ("***" if eq and _SECRET_PARAM.search(k) else v) for k, eq, v in pairs) + hash_ + fragment
+        )
+    return scheme + head + question + query
+
+
+def _secrets(url: str) -> list[str]:
+    """The credentials ``url`` holds as :func:`shown` finds them (raw and percent-decoded), longest first."""
+    from urllib.parse import unquote
+
+    found = []
+    match = _SCHEME.match(url)
+    rest = url[match.end() :] if match else url
+    at = rest.rfind("@")
+    if at >= 0 and ":" in rest[:at]:
+        found.append(rest[rest.index(":") + 1 : at])
+    query = rest.partition("?")[2].partition("#")[0]
+    found += [v for k, eq, v in (p.partition("=") for p in query.split("&")) if eq and v and _SECRET_PARAM.search(k)]
+    return sorted({s for f in found for s in (f, unquote(f)) if s}, key=len, reverse=True)
 
 
 def scrubbed(text: str, url: str) -> str:
-    """``text`` (an error message, a log line) with ``url`` and its password replaced as in :func:`shown`."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
+    """``text`` (an error message, a log line) with ``url`` shown as :func:`shown` shows it, and every credential it
+    holds (raw or percent-decoded, wherever a library repeated it) replaced by ``***``; an unparsable ``url``
+    anywhere in ``text`` hidden whole."""
     text = text.replace(url, shown(url))
-    try:
-        password = make_url(url).password
-    except (ArgumentError, ValueError, TypeError):
-        password = None
-    return text.replace(str(password), "***") if password else text
+    for secret in _secrets(url) if _SCHEME.match(url) else []:
+        text = text.replace(secret, "***")
+    return text

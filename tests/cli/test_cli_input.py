@@ -255,22 +255,61 @@ def test_storage_password_stays_out_of_error_lines(tmp_path, monkeypatch, capsys
     assert "was created from another sweep file" in err and SECRET not in err
 
 
-def test_unreachable_storage_is_one_line_without_the_password(tmp_path, capsys):
+@pytest.mark.parametrize("given", ["--storage", "OPTUNA_STORAGE"])
+@pytest.mark.parametrize("where", ["user info", "query", "query, percent-encoded"])
+def test_unreachable_storage_is_one_line_without_the_password(where, given, tmp_path, capsys, monkeypatch):
+    """The password wherever a URL may hold it (``user:password@``, ``?password=``, percent-encoded), given on the
+    command line or by Optuna's variable: the one error line names the storage with ``***`` in its place."""
     spec = smoke_file(tmp_path, "smoke")
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    url = f"postgresql+psycopg2://sweeper:{SECRET}@127.0.0.1:{port}/sweeps"
-    assert sweep_study.main(["--config", str(spec), "--storage", url, "--report"]) == 2
+    secret = {"user info": SECRET, "query": SECRET, "query, percent-encoded": f"{SECRET}%2F%40x"}[where]
+    url = {
+        "user info": f"postgresql+psycopg2://sweeper:{secret}@127.0.0.1:{port}/sweeps",
+        "query": f"postgresql+psycopg2://sweeper@127.0.0.1:{port}/sweeps?password={secret}",
+        "query, percent-encoded": f"postgresql+psycopg2://sweeper@127.0.0.1:{port}/sweeps?password={secret}",
+    }[where]
+    args = ["--config", str(spec), "--report"]
+    if given == "--storage":
+        args += ["--storage", url]
+    else:
+        monkeypatch.setenv("OPTUNA_STORAGE", url)
+    assert sweep_study.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: --storage postgresql+psycopg2://sweeper:***@127.0.0.1:{port}/")
-    assert SECRET not in err[0]
+    assert len(err) == 1 and err[0].startswith("error: --storage postgresql+psycopg2://sweeper"), err
+    assert SECRET not in err[0] and "***" in err[0], err[0]
 
 
-def test_shown_hides_passwords_in_urls_sqlalchemy_cannot_parse():
-    assert sweep_storage.shown(f"weird://user:{SECRET}@host/x") == "weird://user:***@host/x"
-    assert sweep_storage.shown(f"not a url //user:pa@ss{SECRET}@host/x") == "not a url //user:***@host/x"
-    assert sweep_storage.shown("sqlite:////tmp/study.db") == "sqlite:////tmp/study.db"
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (f"weird://user:{SECRET}@host/x", "weird://user:***@host/x"),  # a scheme SQLAlchemy does not know
+        (f"postgresql://u:{SECRET}@x@host/db", "postgresql://u:***@host/db"),  # an @ in the password
+        (f"postgresql://u@h/db?sslmode=require&password={SECRET}", "postgresql://u@h/db?sslmode=require&password=***"),
+        (
+            f"postgresql://h/db?sslpassword={SECRET}&api_token={SECRET}#f",
+            "postgresql://h/db?sslpassword=***&api_token=***#f",
+        ),
+        (f"not a url //user:pa@ss{SECRET}@host/x", sweep_storage.UNPARSABLE),  # where the secret stands is unknown
+        ("sqlite:////tmp/study.db", "sqlite:////tmp/study.db"),
+    ],
+)
+def test_shown_hides_every_credential_of_a_url(url, shown):
+    assert sweep_storage.shown(url) == shown
+    assert SECRET not in sweep_storage.scrubbed(f"failed at {url}", url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://u:{SECRET}@h/db",
+        f"postgresql://u@h/db?password={SECRET}",
+        f"postgresql://u@h/db?password={SECRET.replace('-', '%2D')}",  # a driver repeats it decoded
+    ],
+)
+def test_scrubbed_hides_a_credential_a_library_repeats_alone(url):
+    assert sweep_storage.scrubbed(f"password {SECRET!r} rejected", url) == "password '***' rejected"
 
 
 @pytest.mark.slow
