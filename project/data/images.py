@@ -39,6 +39,9 @@ from torch.utils.data import Dataset
 from project.errors import ConfigError, UserError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
+# The formats Pillow may identify a file as, whatever its name: the documented ones only. Without ``formats=``
+# Pillow tries every plugin it has, EPS among them, which starts Ghostscript on a PostScript file named cat.png.
+IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
 MAX_PIXELS = 4096 * 4096  # far above any recipe input; refused before decoding
 BACKGROUND = "white"  # what transparent pixels are composited over
 _SIXTEEN_BIT = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
@@ -95,18 +98,19 @@ def load_image(path: Path, mode: str, size: tuple[int, int]) -> Image.Image:
     (:func:`as_seen`). The file is closed on return.
 
     Raises:
-        UserError: not an image, truncated, or more than :data:`MAX_PIXELS` pixels.
+        UserError: not an image in one of :data:`IMAGE_FORMATS` (whatever its name says), truncated, or more than
+            :data:`MAX_PIXELS` pixels.
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with Image.open(path, formats=IMAGE_FORMATS) as img:
                 if img.width * img.height > MAX_PIXELS:
                     raise UserError(f"{path}: {img.width}x{img.height} pixels is more than {MAX_PIXELS}; refused")
                 img.load()
                 return as_seen(img).convert(mode).resize(size, Image.Resampling.BILINEAR)
     except UnidentifiedImageError:
-        raise UserError(f"{path}: not an image PIL can read") from None
+        raise UserError(f"{path}: not an image in a format predict reads ({', '.join(IMAGE_FORMATS)})") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise UserError(f"{path}: refused as a decompression bomb ({e})") from None
     except (OSError, SyntaxError, ValueError) as e:

@@ -13,6 +13,7 @@ from tiny_data import learnable_images
 
 from project import predict
 from project.data.images import load_image
+from project.errors import UserError
 
 RNG = np.random.default_rng(7)
 PICTURE = learnable_images(np.array([3]), (28, 28), RNG)[0]  # uint8 (28, 28): noise and a bright stripe
@@ -133,3 +134,35 @@ def test_16_bit_pngs_are_classified_as_their_8_bit_originals(trained_run, tmp_pa
         rows[bits] = [{k: v for k, v in r.items() if k != "path"} for r in csv.DictReader(out.open())]
     assert len(rows[8]) == 20 and rows[16] == rows[8]
     assert len({r["pred"] for r in rows[8]}) > 1  # the net tells these pictures apart: the check has teeth
+
+
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\nnewpath 0 0 moveto 28 28 lineto stroke\nshowpage\n%%EOF\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("cat.png", EPS),  # PostScript: Pillow's EPS plugin would start Ghostscript on it
+        ("cat.jpg", None),  # a TIFF under an image's name
+        ("cat.gif", None),  # an ICO
+    ],
+)
+def test_only_the_listed_formats_are_opened_whatever_the_name(name, content, tmp_path, monkeypatch):
+    """An image is opened as one of the formats the docs list (PNG, JPEG, BMP, GIF, WebP) or refused with one
+    readable error; no other decoder runs, and no program is started."""
+    import subprocess
+
+    def no_program(*args, **kwargs):
+        raise AssertionError(f"a program was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_program)
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    else:
+        Image.new("L", (28, 28)).save(path, format="TIFF" if name.endswith(".jpg") else "ICO")
+    with pytest.raises(UserError, match=r"not an image in a format predict reads \(PNG, JPEG, BMP, GIF, WEBP\)"):
+        load_image(path, "L", (28, 28))
+    for fmt in ("PNG", "JPEG", "BMP", "GIF", "WEBP"):  # the listed formats, under any name
+        Image.new("L", (28, 28), 200).save(tmp_path / f"ok.{fmt}", format=fmt)
+        assert load_image(tmp_path / f"ok.{fmt}", "L", (28, 28)).getpixel((3, 3)) in range(195, 206)
