@@ -57,5 +57,5 @@ _begin
 _.exc_text
 _.should_stop
 _.on_test_end
-_copy_param  # project/callbacks/pruning.py: ModelPruning.apply_lottery_ticket_hypothesis calls it
+_copy_param  # project/adapters.py: ModelPruning.apply_lottery_ticket_hypothesis calls it
 _.print_config  # project/cli/parse_errors.py: jsonargparse reads what --print_config asked for

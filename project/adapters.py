@@ -84,6 +84,22 @@ def pruning_settings(callback: Any) -> tuple[list[str], bool]:
     return list(callback._parameter_names), bool(callback._use_global_unstructured)
 
 
+class LotteryTicketFromInitialValues:
+    """Mixin for a ``ModelPruning`` subclass: overrides ``ModelPruning._copy_param``, the private step of
+    ``apply_lottery_ticket_hypothesis`` that resets a kept weight to its initial value. Lightning's copies with
+    ``dst.data = src.data.to(device)``: on the same device that is the stored initial tensor itself, so training
+    then updates the stored theta_0 in place and every later reset restores trained values (0.06 away at the second
+    step of a schedule). This one copies a clone; there is no public hook for the copy."""
+
+    @staticmethod
+    def _copy_param(new: torch.nn.Module, old: torch.nn.Module, name: str) -> None:
+        dst = getattr(new, f"{name}_orig", None)
+        dst = dst if dst is not None else getattr(new, name, None)
+        src = getattr(old, name, None)
+        if isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor):
+            dst.data = src.data.detach().clone().to(dst.device)
+
+
 def run_pruning(callback: Any, epoch: int) -> None:
     """``ModelPruning._run_pruning(epoch)``: prune for this epoch by the callback's ``amount`` schedule (Lightning
     calls it at the end of an epoch; we call it at the start)."""

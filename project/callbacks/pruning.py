@@ -236,7 +236,7 @@ class ScheduledPruning(FreshEachFit, Callback):
                 )
 
 
-class Pruning(ScheduledPruning, ModelPruning):
+class Pruning(ScheduledPruning, adapters.LotteryTicketFromInitialValues, ModelPruning):
     """Magnitude (or random) pruning on a schedule, resumable; a subclass of Lightning's ``ModelPruning``.
 
     The masks come from ``torch.nn.utils.prune`` through ``ModelPruning``. What this class adds:
@@ -388,18 +388,6 @@ class Pruning(ScheduledPruning, ModelPruning):
         self._pruned = self._pruned or bool(amount)
         for p in restore:
             p.data = p.data.contiguous(memory_format=torch.channels_last)
-
-    @staticmethod
-    def _copy_param(new: nn.Module, old: nn.Module, name: str) -> None:
-        # ModelPruning's lottery-ticket reset (``apply_lottery_ticket_hypothesis``) copies each initial value
-        # with ``dst.data = src.data.to(device)``: on the same device that is the initial tensor itself, so
-        # training then updates the kept copy of theta_0 in place and every later reset restores trained values
-        # (0.06 away at the second step of a schedule). A clone keeps theta_0 for every step.
-        dst = getattr(new, f"{name}_orig", None)
-        dst = dst if dst is not None else getattr(new, name, None)
-        src = getattr(old, name, None)
-        if isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor):
-            dst.data = src.data.detach().clone().to(dst.device)
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
