@@ -202,7 +202,7 @@ def _export_checked(
     except OSError as e:
         raise UserError(f"--out {out}: cannot write it ({e.strerror or e}); choose another file") from None
     os.close(fd)
-    os.chmod(name, 0o644)
+    os.chmod(name, files.new_file_mode())  # as the umask says, not mkstemp's 0600
     tmp = Path(name)
     try:
         run_exported = export_file(model, fmt, x[:2], tmp)  # batch 1 would be specialised

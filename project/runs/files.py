@@ -78,13 +78,26 @@ def inside(folder: str | Path | None, path: Any) -> bool:
     return not path.is_symlink() and path.resolve().parent == real_folder
 
 
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: ``0o666`` less this process's umask (``0o644`` under the usual 022,
+    ``0o600`` under 077), read from ``/proc/self/status`` on Linux, else set and restored at once."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path) -> Iterator[Any]:
     """A binary file object whose content replaces ``path`` atomically, never through a link, when the block ends.
 
     The bytes go to a new temporary file that :func:`tempfile.mkstemp` creates exclusively (``O_EXCL``: a link
     or file planted under any name is never opened) in the same folder, are flushed to disk, and the file is
-    renamed over ``path`` (``os.replace``, which replaces a link at ``path`` rather than following it). A reader
+    renamed over ``path`` (``os.replace``, which replaces a link at ``path`` rather than following it), with the
+    mode a new file gets under the process's umask (:func:`new_file_mode`). A reader
     sees the old or the new file, never a half-written one, even when the process is killed midway. An error in
     the block removes the temporary file and leaves ``path`` as it was.
 
@@ -98,7 +111,7 @@ def atomic_file(path: str | Path) -> Iterator[Any]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team sharing logs/
+        os.chmod(tmp, new_file_mode())  # mkstemp's 0600 would hide results from a team sharing logs/
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
