@@ -41,7 +41,7 @@ from project.errors import ConfigError, UserError
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 # The formats Pillow may identify a file as, whatever its name: the documented ones only. Without ``formats=``
 # Pillow tries every plugin it has, EPS among them, which starts Ghostscript on a PostScript file named cat.png.
-IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
+IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM")  # PPM: also PGM, PBM
 MAX_PIXELS = 4096 * 4096  # far above any recipe input; refused before decoding
 BACKGROUND = "white"  # what transparent pixels are composited over
 _SIXTEEN_BIT = {"I;16", "I;16L", "I;16B", "I;16N", "I"}

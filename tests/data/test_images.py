@@ -143,13 +143,13 @@ EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\nnewpath 0 0 moveto 28
     ("name", "content"),
     [
         ("cat.png", EPS),  # PostScript: Pillow's EPS plugin would start Ghostscript on it
-        ("cat.jpg", None),  # a TIFF under an image's name
+        ("cat.jpg", None),  # a TGA under an image's name
         ("cat.gif", None),  # an ICO
     ],
 )
 def test_only_the_listed_formats_are_opened_whatever_the_name(name, content, tmp_path, monkeypatch):
-    """An image is opened as one of the formats the docs list (PNG, JPEG, BMP, GIF, WebP) or refused with one
-    readable error; no other decoder runs, and no program is started."""
+    """An image is opened as one of the formats the docs list (PNG, JPEG, BMP, GIF, WebP, TIFF, PPM/PGM) or refused
+    with one readable error; no other decoder runs, and no program is started."""
     import subprocess
 
     def no_program(*args, **kwargs):
@@ -160,9 +160,11 @@ def test_only_the_listed_formats_are_opened_whatever_the_name(name, content, tmp
     if content is not None:
         path.write_bytes(content)
     else:
-        Image.new("L", (28, 28)).save(path, format="TIFF" if name.endswith(".jpg") else "ICO")
-    with pytest.raises(UserError, match=r"not an image in a format predict reads \(PNG, JPEG, BMP, GIF, WEBP\)"):
+        Image.new("L", (28, 28)).save(path, format="TGA" if name.endswith(".jpg") else "ICO")
+    with pytest.raises(
+        UserError, match=r"not an image in a format predict reads \(PNG, JPEG, BMP, GIF, WEBP, TIFF, PPM\)"
+    ):
         load_image(path, "L", (28, 28))
-    for fmt in ("PNG", "JPEG", "BMP", "GIF", "WEBP"):  # the listed formats, under any name
+    for fmt in ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM"):  # the listed formats, under any name
         Image.new("L", (28, 28), 200).save(tmp_path / f"ok.{fmt}", format=fmt)
         assert load_image(tmp_path / f"ok.{fmt}", "L", (28, 28)).getpixel((3, 3)) in range(195, 206)
