@@ -152,7 +152,9 @@ def test_deleting_or_rerunning_a_job_keeps_the_volume_and_the_run(rendered):
                 names.add((name, run))
     assert len({run for _, run in names}) == len(names) - 1  # kueue-2x4 is nfs-2x4 queued: the same run
     base = render(KUSTOMIZE / "volume")
-    assert {d["kind"] for d in base} == {"Namespace", "PersistentVolumeClaim", "Job"}
+    assert {d["kind"] for d in base} == {"Namespace", "PersistentVolumeClaim", "Job", "NetworkPolicy"}
+    prepare = pod_labels(one(base, "Job", PREPARE_JOB))
+    assert not ingress_allowed([d for d in base if d["kind"] == "NetworkPolicy"], prepare, prepare, 443)
     labels = one(base, "Namespace")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
