@@ -261,24 +261,24 @@ def _user_key(key: str) -> str:
 def _without_options(args: list[str], keys: list[str]) -> list[str]:
     """``args`` without ``--KEY VALUE`` and ``--KEY=VALUE`` for each of ``keys``."""
     out, skip = [], False
-    for i, token in enumerate(args):
+    for i, arg in enumerate(args):
         if skip:
             skip = False
             continue
-        name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+        name = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
         if name in keys:
-            skip = "=" not in token and i + 1 < len(args) and not args[i + 1].startswith("--")
+            skip = "=" not in arg and i + 1 < len(args) and not args[i + 1].startswith("--")
             continue
-        out.append(token)
+        out.append(arg)
     return out
 
 
 def _in_config_files(keys: list[str], args: list[str]) -> tuple[list[str], list[str] | None, str]:
     """Find ``keys[0]`` in the ``--config`` files of ``args``: the keys, the command line with that file's key
     removed (the file's content given inline, as jsonargparse takes ``--config``), and ``FILE, line N``."""
-    for i, token in enumerate(args):
-        path = args[i + 1] if token == "--config" and i + 1 < len(args) else token.partition("=")[2]
-        if not (token == "--config" or token.startswith("--config=")) or not Path(path).is_file():
+    for i, arg in enumerate(args):
+        path = args[i + 1] if arg == "--config" and i + 1 < len(args) else arg.partition("=")[2]
+        if not (arg == "--config" or arg.startswith("--config=")) or not Path(path).is_file():
             continue
         try:
             text = Path(path).read_text()
@@ -290,7 +290,7 @@ def _in_config_files(keys: list[str], args: list[str]) -> tuple[list[str], list[
         content = yaml.safe_load(text)
         _drop(content, keys[0].split("."))
         inline = yaml.safe_dump(content) if content else "{}"
-        cleaned = [*args[:i], "--config", inline, *args[i + (2 if token == "--config" else 1) :]]
+        cleaned = [*args[:i], "--config", inline, *args[i + (2 if arg == "--config" else 1) :]]
         return keys, cleaned, f"{path}, line {line}"
     return keys, None, ""
 
