@@ -11,6 +11,7 @@ process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -536,15 +537,17 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
 
 
-def namespace_init(unshare: int) -> int:
-    """The host pid of the process ``unshare --fork`` started: PID 1 of the new PID namespace."""
+def namespace_init(unshare: int, program: bytes) -> int:
+    """The host pid of the process ``unshare --fork`` started, PID 1 of the new PID namespace, once it runs
+    ``program`` (right after the fork it is still a copy of unshare)."""
     deadline = time.time() + 30
     while time.time() < deadline:
-        children = Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()
-        if children:
-            return int(children[0])
+        for child in Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].endswith(program):
+                    return int(child)
         time.sleep(0.01)
-    raise AssertionError("unshare started no process")
+    raise AssertionError(f"unshare started no {program!r}")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
@@ -564,8 +567,7 @@ def test_sigterm_to_pid_1_reaches_fit_through_tini(tiny, tmp_path):
     cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", sys.executable, "-m", "project.fit", *args]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        init = namespace_init(proc.pid)
-        assert Path(f"/proc/{init}/cmdline").read_bytes().split(b"\0")[0].endswith(b"tini")
+        init = namespace_init(proc.pid, b"tini")
         deadline = time.time() + 300
         while not ready.exists() and proc.poll() is None and time.time() < deadline:
             time.sleep(0.02)
