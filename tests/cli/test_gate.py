@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import results, run_dirs, run_main, tiny_args
+from helpers import ONECYCLE, results, run_dirs, run_main, tiny_args
 
 from project.cli.gate import CheckpointGate
 
@@ -56,3 +56,27 @@ def test_lightning_restores_the_checked_bytes_even_if_the_file_is_swapped(one_ep
     assert run_main(resume_args(tiny_mnist, tmp_path / "logs", one_epoch)) == 0
     r = results(one_epoch.parent.parent)
     assert r["epochs"] == 2 and r["global_step"] == 20  # 500 images / 50 per batch, two epochs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["", "[not, a, mapping]\n"])
+def test_a_run_config_that_says_nothing_skips_the_schedule_check_with_a_warning(
+    config, tiny_mnist, tmp_path, caplog, monkeypatch
+):
+    """A run with a sized schedule (one-cycle) whose config.yaml was emptied or is not a mapping: the gate cannot
+    compare the schedule's settings, says so once, and goes on (the checkpoint itself was checked): here to find
+    the run finished."""
+    from project.runs import layout
+
+    monkeypatch.chdir(tmp_path)
+    args = [*ONECYCLE, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3"]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *args)) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    written = layout.latest_config(run)
+    written.write_text(config)
+    with caplog.at_level("WARNING", logger="project"):
+        resume = ["--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+        assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *args, *resume)) == 0
+    warned = [r.getMessage() for r in caplog.records if "schedule's settings are not compared" in r.getMessage()]
+    assert warned == [f"{written} is empty or unreadable; the schedule's settings are not compared"]
+    assert results(run)["global_step"] == 3 and run_dirs(tmp_path / "logs") == [run]
