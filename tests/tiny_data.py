@@ -156,3 +156,22 @@ def train_tiny_run(root: Path, *args: str) -> tuple[Path, dict]:
         assert run_main(tiny_args(paths, root / "logs", *(args or ("--trainer.max_epochs", "2")))) == 0
     (run,) = run_dirs(root / "logs")
     return run, paths
+
+
+def make_image_folder(
+    root: Path, classes: tuple[str, ...] = ("cat", "dog", "frog"), per_class: int = 40, splits=("train", "test")
+) -> Path:
+    """Write PNG folders in torchvision's ImageFolder layout, ``root/<split>/<class>/<i>.png`` (RGB, 40x30 pixels:
+    not the nets' size), learnable: noise plus a bright class-specific band. Returns ``root``."""
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    for s, split in enumerate(splits):
+        n = per_class if split == "train" else max(per_class // 4, 2)
+        for c, name in enumerate(classes):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            labels = np.full(n, c)
+            for i, image in enumerate(learnable_images(labels, (30, 40, 3), rng)):
+                Image.fromarray(image).save(folder / f"{s}{i:03d}.png")
+    return root

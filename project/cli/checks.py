@@ -423,9 +423,9 @@ VAL_SIZE_DEFAULT = inspect.signature(VisionDataModule.__init__).parameters["val_
 
 def check_folds_without_val_size(cfg: Any) -> None:
     """With ``data.folds`` the validation images are a fold, so a ``data.val_size`` other than its default (which
-    the folds do not use) is refused rather than silently ignored."""
+    the folds do not use; ``None`` for the image-folder data module) is refused rather than silently ignored."""
     args = _data_args(cfg)
-    if args.get("folds") is not None and args.get("val_size", VAL_SIZE_DEFAULT) != VAL_SIZE_DEFAULT:
+    if args.get("folds") is not None and args.get("val_size", VAL_SIZE_DEFAULT) not in (VAL_SIZE_DEFAULT, None):
         raise ConfigError(
             f"data.val_size: {args.get('val_size')} with data.folds: {args.get('folds')}; with folds each validation "
             "set is one fold (1/folds of the training images): drop data.val_size, or data.folds for a plain split"

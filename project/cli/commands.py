@@ -200,6 +200,9 @@ def load_weights(cli: ProjectCLI, ckpt: Path, checkpoint: dict[str, Any]) -> Non
     try:
         if "state_dict" in checkpoint:
             cli.model.on_load_checkpoint(checkpoint)
+            data_state = checkpoint.get(type(cli.datamodule).__qualname__)
+            if isinstance(data_state, dict):  # what the data module saved (an image folder's statistics, classes)
+                cli.datamodule.load_state_dict(data_state)
             checkpoint = checkpoint["state_dict"]
         cli.model.load_state_dict(checkpoint, strict=True)
     except ConfigError as e:

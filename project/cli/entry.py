@@ -106,16 +106,31 @@ def run_main(make_cli: Callable[[], Any], work: Callable[[Any], Any]) -> int:
         )
         return SIGTERM_STATUS
     except (ArgumentError, ValueError, MisconfigurationException, UserError) as e:
-        parsing = cli is None
-        status = _exit_status(e, parsing)
+        shown = _cause(e)
+        parsing = cli is None and shown is e
+        status = _exit_status(shown, parsing)
         if status is None:
             raise
-        if parsing and not isinstance(e, MisconfigurationException):
-            print(f"error: {explain_parse_error(e)} (see --help)", file=sys.stderr)
+        if parsing and not isinstance(shown, MisconfigurationException):
+            print(f"error: {explain_parse_error(shown)} (see --help)", file=sys.stderr)
         else:
-            print(f"error: {_one_line(e)}", file=sys.stderr)
+            print(f"error: {_one_line(shown)}", file=sys.stderr)
         return status
     return 0
+
+
+def _cause(e: BaseException) -> BaseException:
+    """The project's own error behind ``e``, when jsonargparse wrapped it: a data module's constructor that refuses
+    its folder raises a :class:`UserError`, which jsonargparse reports as "Does not validate against any of the
+    Union subtypes" with the message buried in its list; the user gets the message itself."""
+    seen = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, UserError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return e
 
 
 def _exit_status(e: BaseException, parsing: bool) -> int | None:

@@ -106,6 +106,10 @@ class RunConfig(SaveConfigCallback):
             resumes = layout.resume_configs(log_dir)
             name = layout.CONFIG_RESUME.format(resumes[-1][0] + 1 if resumes else 1)
         config = self.config.clone()
+        data_args = config.data.get("init_args") if config.get("data") else None
+        if data_args is not None and "classes" in data_args and data_args.classes is None and trainer.datamodule:
+            # the classes an image-folder data module found: predict and export then need no image folder
+            data_args.classes = list(trainer.datamodule.classes)  # type: ignore[attr-defined]
         if config.get("trust_checkpoint"):  # a one-time decision about one file, not a setting to pass on
             config.trust_checkpoint = False
         files.write_text(log_dir / name, self.parser.dump(config, skip_none=False))

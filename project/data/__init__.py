@@ -2,6 +2,7 @@
 
 * :mod:`project.data.archives` -- archive integrity (md5, IDX sizes) and offline import;
 * :mod:`project.data.modules` -- ``MNISTDataModule``, ``FashionMNISTDataModule``, ``CIFAR10DataModule``;
+* :mod:`project.data.folders` -- ``ImageFolderDataModule``: your own images in ``train/<class>/`` folders;
 * :mod:`project.data.base` -- ``VisionDataModule``, the hooks they share (prepare, seeded split, loaders);
 * :mod:`project.data.loaders` -- samplers and DataLoaders (resume-aware, worker processes), the batch check;
 * :mod:`project.data.memory` -- :class:`~project.data.memory.EpochBatches`, the ``in_memory: true`` path.
@@ -10,6 +11,13 @@ The face: the class paths configs name, e.g. ``class_path: project.data.MNISTDat
 """
 
 from project.data.base import VisionDataModule
+from project.data.folders import ImageFolderDataModule
 from project.data.modules import CIFAR10DataModule, FashionMNISTDataModule, MNISTDataModule
 
-__all__ = ["CIFAR10DataModule", "FashionMNISTDataModule", "MNISTDataModule", "VisionDataModule"]
+__all__ = [
+    "CIFAR10DataModule",
+    "FashionMNISTDataModule",
+    "ImageFolderDataModule",
+    "MNISTDataModule",
+    "VisionDataModule",
+]

@@ -88,10 +88,12 @@ class VisionDataModule(L.LightningDataModule):
     """
 
     dataset_cls: ClassVar[type[datasets.VisionDataset]]
-    mean: ClassVar[tuple[float, ...]]
-    std: ClassVar[tuple[float, ...]]
-    input_shape: ClassVar[tuple[int, int, int]]
-    num_classes: ClassVar[int] = 10
+    # per data set (class attributes), or per instance where the data decide them (project.data.folders)
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    input_shape: tuple[int, int, int]
+    num_classes: int = 10
+    resize: str = "stretch"  # how predict brings a picture of another size to input_shape (images.fit_to)
 
     if TYPE_CHECKING:  # Lightning types it AttributeDict | MutableMapping; save_hyperparameters makes it the former
 
@@ -375,7 +377,7 @@ class VisionDataModule(L.LightningDataModule):
         Raises:
             ConfigError: a path does not exist.
         """
-        self.predict_set = ImageFiles(image_files(files), self.input_shape, self.eval_transform())
+        self.predict_set = ImageFiles(image_files(files), self.input_shape, self.eval_transform(), self.resize)
         return self.predict_set
 
     def predict_dataloader(self) -> Any:

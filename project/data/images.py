@@ -16,7 +16,8 @@ An image is read as a person sees it, whatever its mode (:func:`as_seen`, Pillow
 * palette (``P``), 1-bit (``1``), ``CMYK`` and ``YCbCr`` images are converted with Pillow's ``convert``.
 
 The picture is then converted to the data's mode (grayscale ``L`` for MNIST/Fashion-MNIST, ``RGB`` for
-CIFAR-10; ``RGB`` -> ``L`` by ITU-R 601-2 luma, Pillow's ``convert``), resized to its H x W (bilinear) and passed
+CIFAR-10; ``RGB`` -> ``L`` by ITU-R 601-2 luma, Pillow's ``convert``), resized to its H x W (bilinear; stretched,
+or cropped or padded as an image-folder data module's ``resize`` says: :func:`fit_to`) and passed
 through the data module's own evaluation transform (``ToTensor`` + ``Normalize``), so it reaches the net exactly
 as the run's test images do. The same picture saved as a plain 8-bit ``L``/``RGB`` PNG gives the same tensor.
 
@@ -93,9 +94,20 @@ def as_seen(img: Image.Image) -> Image.Image:
     return img
 
 
-def load_image(path: Path, mode: str, size: tuple[int, int]) -> Image.Image:
+def fit_to(img: Image.Image, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
+    """``img`` brought to ``size`` (W, H), bilinear: ``stretch`` scales the whole picture (aspect ratio not kept);
+    ``crop`` scales it to cover ``size`` and cuts out the centre (torchvision's ``Resize`` + ``CenterCrop``); ``pad``
+    scales it to fit inside and fills the rest with black (torchvision's ``Pad``, fill 0)."""
+    if resize == "crop":
+        return ImageOps.fit(img, size, Image.Resampling.BILINEAR)
+    if resize == "pad":
+        return ImageOps.pad(img, size, Image.Resampling.BILINEAR, color=0)
+    return img.resize(size, Image.Resampling.BILINEAR)
+
+
+def load_image(path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
     """Open ``path`` as a ``mode`` (``L`` or ``RGB``) image of ``size`` (W, H) pixels, as a person sees it
-    (:func:`as_seen`). The file is closed on return.
+    (:func:`as_seen`), brought to that size by ``resize`` (:func:`fit_to`). The file is closed on return.
 
     Raises:
         UserError: not an image in one of :data:`IMAGE_FORMATS` (whatever its name says), truncated, or more than
@@ -108,7 +120,7 @@ def load_image(path: Path, mode: str, size: tuple[int, int]) -> Image.Image:
                 if img.width * img.height > MAX_PIXELS:
                     raise UserError(f"{path}: {img.width}x{img.height} pixels is more than {MAX_PIXELS}; refused")
                 img.load()
-                return as_seen(img).convert(mode).resize(size, Image.Resampling.BILINEAR)
+                return fit_to(as_seen(img).convert(mode), size, resize)
     except UnidentifiedImageError:
         raise UserError(f"{path}: not an image in a format predict reads ({', '.join(IMAGE_FORMATS)})") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
@@ -128,6 +140,7 @@ class ImageFiles(Dataset):
         files: image paths (see :func:`image_files` to expand folders).
         input_shape: (C, H, W) the net takes; C = 1 gives grayscale, 3 RGB.
         transform: PIL image -> float tensor (C, H, W), the data module's ``eval_transform()``.
+        resize: how a picture of another size reaches (H, W): :func:`fit_to` (the data module's ``resize``).
 
     Attributes:
         files: the accepted files, in order (``self[i]`` is ``files[i]``).
@@ -137,8 +150,11 @@ class ImageFiles(Dataset):
         UserError: from ``self[i]``, when an accepted file became unreadable since the dataset was built.
     """
 
-    def __init__(self, files: Sequence[Path], input_shape: tuple[int, int, int], transform: Callable) -> None:
+    def __init__(
+        self, files: Sequence[Path], input_shape: tuple[int, int, int], transform: Callable, resize: str = "stretch"
+    ) -> None:
         channels, height, width = input_shape
+        self.resize = resize
         self.mode = "L" if channels == 1 else "RGB"
         self.size = (width, height)
         self.transform = transform
@@ -146,7 +162,7 @@ class ImageFiles(Dataset):
         self.refused: list[tuple[Path, str]] = []
         for path in map(Path, files):
             try:
-                load_image(path, self.mode, self.size)
+                load_image(path, self.mode, self.size, self.resize)
             except UserError as e:
                 self.refused.append((path, str(e)))
                 continue
@@ -156,4 +172,4 @@ class ImageFiles(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return self.transform(load_image(self.files[i], self.mode, self.size))
+        return self.transform(load_image(self.files[i], self.mode, self.size, self.resize))

@@ -31,7 +31,13 @@ ROOT_MODULES = {
     "errors",
 }
 FACES = {
-    "project.data": {"MNISTDataModule", "FashionMNISTDataModule", "CIFAR10DataModule", "VisionDataModule"},
+    "project.data": {
+        "MNISTDataModule",
+        "FashionMNISTDataModule",
+        "CIFAR10DataModule",
+        "VisionDataModule",
+        "ImageFolderDataModule",
+    },
     "project.callbacks": {
         "Pruning",
         "ScheduledPruning",

@@ -1,0 +1,204 @@
+"""ImageFolderDataModule: your own images in train/<class>/ folders, on small generated folders, in process."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from helpers import run_dirs, run_main
+from PIL import Image
+from tiny_data import make_image_folder
+
+from project import evaluate, predict
+from project.data import FashionMNISTDataModule, ImageFolderDataModule
+from project.data import folders as folders_mod
+from project.errors import ConfigError, DataError
+
+CLASSES = ["cat", "dog", "frog"]
+
+
+def fit_args(data: Path, logs: Path, *extra: str) -> list[str]:
+    return [
+        *("--config", str(Path(__file__).parents[2] / "configs" / "image_folder.yaml")),
+        *("--data.data_dir", str(data), "--data.batch_size", "16"),
+        *("--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false"),
+        *("--trainer.enable_model_summary", "false", "--trainer.logger.init_args.save_dir", str(logs)),
+        *extra,
+    ]
+
+
+def test_the_folder_gives_exactly_the_archives_images_and_labels(tiny_mnist, tmp_path):
+    """Fashion-MNIST-format archives written out as PNG folders (one per class, as a person would save them) give
+    the same uint8 images and labels through the folder data module as through the archive data module."""
+    archive = FashionMNISTDataModule(
+        data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"]), val_size=100
+    )
+    archive.prepare_data()
+    archive.setup("fit")
+    names = [f"class{k}" for k in range(10)]  # Fashion-MNIST's own names hold a "/" (T-shirt/top)
+    for split, ds in (("train", archive.train_set), ("test", archive.test_set)):
+        for i, (image, label) in enumerate(zip(ds.data.numpy(), ds.targets.tolist())):
+            folder = tmp_path / "png" / split / names[label]
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(folder / f"{i:05d}.png")
+    dm = ImageFolderDataModule(data_dir=str(tmp_path / "png"), channels=1, image_size=28)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.classes == sorted({names[t] for t in archive.train_set.targets.tolist()})
+    for split, ds in (("train", archive.train_set), ("test", archive.test_set)):
+        ours = dm.train_set if split == "train" else dm.test_set
+        want = {(names[t], img.tobytes()) for img, t in zip(ds.data.numpy(), ds.targets.tolist())}
+        got = {(dm.classes[t], img.tobytes()) for img, t in zip(ours.data, ours.targets)}
+        assert len(ours) == len(ds) and got == want, split
+
+
+def test_fit_sizes_the_net_from_the_classes_and_records_them(tmp_path, monkeypatch):
+    """Three class folders: SimpleCNN gets three outputs; the classes are in config.yaml, the checkpoint and
+    results.json's confusion matrix size; accuracy is above chance; the test step reads test/."""
+    monkeypatch.chdir(tmp_path)
+    data = make_image_folder(tmp_path / "images")
+    assert run_main(fit_args(data, tmp_path / "logs")) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["data"]["init_args"]["classes"] == CLASSES
+    result = json.loads((run / "results.json").read_text())
+    assert result["params"] == 32 * 32 * 32 * 3 + 3 + 448 + 4640  # conv 3->16, conv 16->32, Linear(32*32*32 -> 3)
+    assert np.array(result["confusion_matrix"]).shape == (3, 3)
+    assert result["test_samples"] == 3 * 10 and result["test_acc"] > 0.5
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["ImageFolderDataModule"]
+    assert state["classes"] == CLASSES and len(state["mean"]) == len(state["std"]) == 3
+
+
+def test_predict_needs_no_image_folder_and_uses_the_checkpoints_statistics(tmp_path, monkeypatch):
+    """The run's classes come from its config.yaml and the normalization from its checkpoint: predict on a machine
+    without the training images labels test images by class name, as well as the run's test step did."""
+    monkeypatch.chdir(tmp_path)
+    data = make_image_folder(tmp_path / "images")
+    assert run_main(fit_args(data, tmp_path / "logs")) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    moved = tmp_path / "elsewhere"
+    os.rename(data, moved)
+    out = tmp_path / "preds.csv"
+    assert predict.main([str(run), str(moved / "test"), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    right = sum(row["label"] == Path(row["path"]).parent.name for row in rows)
+    assert len(rows) == 30 and right / len(rows) >= json.loads((run / "results.json").read_text())["test_acc"] - 1e-9
+    assert {row["label"] for row in rows} <= set(CLASSES)
+    # evaluate reads the folder the user names, and reproduces the test accuracy
+    assert evaluate.main([str(run), "--data.data_dir", str(moved)]) == 0
+    evaluated = json.loads((run / "eval-best-test.json").read_text())
+    assert evaluated["acc"] == pytest.approx(json.loads((run / "results.json").read_text())["test_acc"])
+
+
+def test_statistics_come_from_the_training_split_only(tmp_path):
+    """mean/std are those of the train/ images left after the validation split, per channel; a checkpoint's travel
+    back through load_state_dict."""
+    data = make_image_folder(tmp_path / "images", splits=("train", "val", "test"))
+    dm = ImageFolderDataModule(data_dir=str(data))
+    dm.setup("fit")
+    assert len(dm.split[0]) == 120 and len(dm.split[1]) == 30  # val/ validates: nothing split off train/
+    train = torch.from_numpy(dm.train_set.data[:120]).double() / 255
+    assert dm.mean == pytest.approx(train.mean(dim=(0, 1, 2)).tolist())
+    assert dm.std == pytest.approx(train.std(dim=(0, 1, 2), correction=0).tolist())
+    other = ImageFolderDataModule(data_dir=str(data))
+    other.load_state_dict(dm.state_dict())
+    assert other.mean == dm.mean and other.std == dm.std
+    with pytest.raises(DataError, match="classes"):
+        other.load_state_dict({**dm.state_dict(), "classes": ["a", "b", "c"]})
+    with pytest.raises(ConfigError, match="folds"):
+        ImageFolderDataModule(data_dir=str(data), folds=3).setup("fit")
+
+
+def test_without_val_a_tenth_of_train_validates_and_folds_split_train(tmp_path):
+    data = make_image_folder(tmp_path / "images", splits=("train",))
+    dm = ImageFolderDataModule(data_dir=str(data))
+    dm.setup("fit")
+    assert (len(dm.split[0]), len(dm.split[1])) == (108, 12)
+    assert len(dm.test_set) == 12  # no test/: the validation images
+    folds = ImageFolderDataModule(data_dir=str(data), folds=3, fold=1)
+    folds.setup("fit")
+    assert (len(folds.split[0]), len(folds.split[1])) == (80, 40)
+
+
+def test_the_cache_is_read_on_the_next_run_and_rebuilt_when_a_file_changes(tmp_path, monkeypatch):
+    data = make_image_folder(tmp_path / "images")
+    ImageFolderDataModule(data_dir=str(data)).prepare_data()
+    (cache,) = (data / ".cache").iterdir()
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded although the cache holds these files")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(folders_mod, "load_image", no_decoding)
+        dm = ImageFolderDataModule(data_dir=str(data))
+        dm.setup("fit")
+        assert len(dm.train_set) == 120
+    # a changed image: a new key, decoded again, with the new pixels
+    changed = data / "train" / "cat" / "0000.png"
+    Image.new("RGB", (40, 30), (255, 255, 255)).save(changed)
+    dm = ImageFolderDataModule(data_dir=str(data))
+    dm.setup("fit")
+    assert len(list((data / ".cache").iterdir())) == 2
+    assert (dm.train_set.data == 255).all(axis=(1, 2, 3)).sum() == 1
+    # a cache file that does not load is rebuilt, not trusted
+    for path in (data / ".cache").iterdir():
+        path.write_bytes(b"not a cache")
+    dm = ImageFolderDataModule(data_dir=str(data))
+    dm.setup("fit")
+    assert len(dm.train_set) == 120
+
+
+@pytest.mark.parametrize(
+    ("resize", "corner"),
+    [("stretch", 255), ("crop", 255), ("pad", 0)],
+)
+def test_resize_policies(resize, corner, tmp_path):
+    """A white 40x20 picture: stretched or cropped it fills the 32x32 square; padded, the corners are black."""
+    data = make_image_folder(tmp_path / "images", per_class=4, splits=("train",))
+    wide = data / "train" / "cat" / "wide.png"
+    Image.new("RGB", (40, 20), (255, 255, 255)).save(wide)
+    dm = ImageFolderDataModule(data_dir=str(data), resize=resize)
+    dm.setup("fit")
+    index = [i for i, t in enumerate(dm.train_set.targets) if t == 0][-1]  # wide.png sorts after the digits
+    image = dm.train_set.data[index]
+    assert image.shape == (32, 32, 3)
+    assert image[0, 0, 0] == corner and image[16, 16, 0] == 255
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: os.rename(d / "train", d / "training"), "train is missing"),
+        (lambda d: [p.unlink() for p in (d / "train" / "dog").iterdir()], "dog: no image files"),
+        (lambda d: (d / "test" / "horse").mkdir(), r"\['horse'\] are not in train/"),
+        (lambda d: (d / "train" / "cat" / "0001.png").write_bytes(b"\x89PNG\r\n\x1a\n broken"), "0001.png"),
+    ],
+    ids=["no-train", "empty-class", "unknown-test-class", "corrupt-image"],
+)
+def test_bad_folders_are_one_error_line_and_write_no_run(damage, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    data = make_image_folder(tmp_path / "images", per_class=8)
+    damage(data)
+    assert run_main(fit_args(data, tmp_path / "logs")) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:"), err
+    assert re.search(message, err[0]), err
+    assert not (tmp_path / "logs").exists() or not run_dirs(tmp_path / "logs")
+
+
+def test_one_class_and_other_files(tmp_path):
+    data = make_image_folder(tmp_path / "images", classes=("only",), per_class=4, splits=("train",))
+    with pytest.raises(DataError, match="at least two"):
+        ImageFolderDataModule(data_dir=str(data))
+    data = make_image_folder(tmp_path / "more", per_class=4, splits=("train",))
+    (data / "train" / "cat" / "notes.txt").write_text("not an image")
+    dm = ImageFolderDataModule(data_dir=str(data))
+    dm.setup("fit")
+    assert len(dm.train_set) == 12 and dm.skipped == 1
