@@ -4,15 +4,12 @@ Fashion-MNIST archives when installed, and small Trainer settings for CPU runs."
 from __future__ import annotations
 
 import os
-import pickle
-import tarfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torchvision
-from tiny_data import PRUNING, learnable_images, make_tiny_mnist, md5, train_tiny_run
+from tiny_data import PRUNING, make_tiny_cifar, make_tiny_mnist, train_tiny_run
 
 from project import data as data_mod
 
@@ -91,33 +88,14 @@ def slimmed_run(tmp_path_factory) -> Path:
 @pytest.fixture
 def tiny_cifar(tmp_path, monkeypatch):
     """Write a CIFAR-10 python archive (5 x 100 train / 100 test images) into ``source/``; patch md5s."""
-    rng = np.random.default_rng(1)
-    root = tmp_path / "cifar"
-    folder = root / "build" / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    files = {}
-    for name, n in [(f"data_batch_{i}", 100) for i in range(1, 6)] + [("test_batch", 100)]:
-        labels = rng.integers(0, 10, size=n)
-        images = learnable_images(labels, (32, 32, 3), rng)  # HWC, as in the real pickles
-        data = images.transpose(0, 3, 1, 2).reshape(n, 3072)  # the pickles store rows of R, G, B planes
-        payload = pickle.dumps({"batch_label": name, "labels": labels.tolist(), "data": data})
-        (folder / name).write_bytes(payload)
-        files[name] = md5(payload)
-    meta = pickle.dumps(
-        {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]}
-    )
-    (folder / "batches.meta").write_bytes(meta)
-    source = root / "source"
-    source.mkdir()
-    archive = source / "cifar-10-python.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(folder, arcname="cifar-10-batches-py")
-    cls = torchvision.datasets.CIFAR10
-    monkeypatch.setattr(cls, "train_list", [[f"data_batch_{i}", files[f"data_batch_{i}"]] for i in range(1, 6)])
-    monkeypatch.setattr(cls, "test_list", [["test_batch", files["test_batch"]]])
-    monkeypatch.setattr(cls, "meta", {"filename": "batches.meta", "key": "label_names", "md5": md5(meta)})
-    monkeypatch.setattr(cls, "tgz_md5", md5(archive.read_bytes()))
-    return {"source": source, "data": root / "data"}
+    return make_tiny_cifar(tmp_path / "cifar", monkeypatch, torchvision.datasets.CIFAR10)
+
+
+@pytest.fixture
+def tiny_cifar100(tmp_path, monkeypatch):
+    """Write a CIFAR-100 python archive (300 train / 100 test images, fine labels 0-99) into ``source/``; patch
+    md5s."""
+    return make_tiny_cifar(tmp_path / "cifar100", monkeypatch, torchvision.datasets.CIFAR100)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ import gzip
 import hashlib
 import json
 import os
+import pickle
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +177,43 @@ def make_image_folder(
             for i, image in enumerate(learnable_images(labels, (30, 40, 3), rng)):
                 Image.fromarray(image).save(folder / f"{s}{i:03d}.png")
     return root
+
+
+def make_tiny_cifar(root: Path, monkeypatch: pytest.MonkeyPatch, cls: type) -> dict:
+    """Write ``cls``'s python archive (torchvision's CIFAR10 or CIFAR100) into ``root/source`` in the exact format
+    torchvision reads: CIFAR-10 five training batches of 100 images and a test batch of 100 (``labels``), CIFAR-100
+    one ``train`` file of 300 and a ``test`` file of 100 (``fine_labels``, 0-99); learnable images. The class's md5
+    lists are patched through ``monkeypatch``. Returns ``{"source": archives folder, "data": empty data_dir}``."""
+    rng = np.random.default_rng(1)
+    hundred = cls is torchvision.datasets.CIFAR100
+    classes = 100 if hundred else 10
+    folder = root / "build" / cls.base_folder
+    folder.mkdir(parents=True)
+    names = (
+        [("train", 300), ("test", 100)]
+        if hundred
+        else [*((f"data_batch_{i}", 100) for i in range(1, 6)), ("test_batch", 100)]
+    )
+    files = {}
+    for name, n in names:
+        labels = rng.integers(0, classes, size=n)
+        images = learnable_images(labels % 10, (32, 32, 3), rng)  # HWC, as in the real pickles
+        data = images.transpose(0, 3, 1, 2).reshape(n, 3072)  # the pickles store rows of R, G, B planes
+        key = "fine_labels" if hundred else "labels"
+        payload = pickle.dumps({"batch_label": name, key: labels.tolist(), "data": data})
+        (folder / name).write_bytes(payload)
+        files[name] = md5(payload)
+    meta_key = cls.meta["key"]
+    meta = pickle.dumps({meta_key: [f"class{i}" for i in range(classes)]})
+    (folder / cls.meta["filename"]).write_bytes(meta)
+    source = root / "source"
+    source.mkdir()
+    archive = source / cls.filename
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname=cls.base_folder)
+    train = [name for name, _ in names[:-1]]
+    monkeypatch.setattr(cls, "train_list", [[name, files[name]] for name in train])
+    monkeypatch.setattr(cls, "test_list", [[names[-1][0], files[names[-1][0]]]])
+    monkeypatch.setattr(cls, "meta", {"filename": cls.meta["filename"], "key": meta_key, "md5": md5(meta)})
+    monkeypatch.setattr(cls, "tgz_md5", md5(archive.read_bytes()))
+    return {"source": source, "data": root / "data"}

@@ -77,8 +77,11 @@ RAW_SIZES: dict[str, dict[str, int]] = {
 }
 
 # The published CIFAR-10 archive holds its folder and 8 files, the largest 31 MB.
+# CIFAR-100's holds its folder and 4 files (``file.txt~`` among them), the largest (``train``) 155 MB.
 CIFAR_MAX_MEMBERS = 16
 CIFAR_MAX_MEMBER_BYTES = 64 << 20
+CIFAR100_MAX_MEMBER_BYTES = 192 << 20
+CIFAR_EXTRA_FILES = ("readme.html", "file.txt~")  # in the published archives beside the data files
 
 FIX = (
     "delete it and run again with data.download: true, or set data.source_dir to a folder holding the original archives"
@@ -262,14 +265,15 @@ def import_idx_archives(dataset_cls: type[datasets.MNIST], source_dir: Path, raw
 
 
 def import_cifar_archive(dataset_cls: type[datasets.CIFAR10], source_dir: Path, data_dir: Path) -> None:
-    """Extract ``cifar-10-python.tar.gz`` from ``source_dir`` into ``data_dir/cifar-10-batches-py``.
+    """Extract ``cifar-10-python.tar.gz`` (CIFAR-100: ``cifar-100-python.tar.gz``) from ``source_dir`` into
+    ``data_dir/cifar-10-batches-py`` (``cifar-100-python``).
 
     The archive's md5 is checked before anything is extracted; extraction uses the ``"data"`` filter.
 
     Raises:
         DataError: the archive is missing, fails its md5 check, cannot be extracted or lacks the folder.
     """
-    require_archives(source_dir, [dataset_cls.filename], "CIFAR-10 python")
+    require_archives(source_dir, [dataset_cls.filename], dataset_cls.__name__.replace("CIFAR", "CIFAR-") + " python")
     archive = source_dir / dataset_cls.filename
     if (got := calculate_md5(archive)) != dataset_cls.tgz_md5:
         raise DataError(
@@ -295,15 +299,18 @@ def import_cifar_archive(dataset_cls: type[datasets.CIFAR10], source_dir: Path, 
 
 
 def _extract_cifar_members(archive: Path, dataset_cls: type[datasets.CIFAR10], dest: Path) -> None:
-    """Extract the CIFAR-10 files of ``archive`` into ``dest``, checking each member's header first.
+    """Extract the CIFAR-10 (or CIFAR-100) files of ``archive`` into ``dest``, checking each member's header first.
 
     Raises:
         DataError: more than :data:`CIFAR_MAX_MEMBERS` members, a member that is not the folder or one of its
-            files (a link, a device, another path), a file twice, or a file over :data:`CIFAR_MAX_MEMBER_BYTES`.
+            files (a link, a device, another path), a file twice, or a file over :data:`CIFAR_MAX_MEMBER_BYTES`
+            (CIFAR-100: :data:`CIFAR100_MAX_MEMBER_BYTES`).
     """
     base = dataset_cls.base_folder
     files = [name for name, _ in dataset_cls.train_list + dataset_cls.test_list]
-    allowed = {f"{base}/{name}" for name in [*files, dataset_cls.meta["filename"], "readme.html"]}
+    allowed = {f"{base}/{name}" for name in [*files, dataset_cls.meta["filename"], *CIFAR_EXTRA_FILES]}
+    limit = CIFAR100_MAX_MEMBER_BYTES if dataset_cls.__name__ == "CIFAR100" else CIFAR_MAX_MEMBER_BYTES
+    what = dataset_cls.__name__.replace("CIFAR", "CIFAR-")
     seen: set[str] = set()
     with tarfile.open(archive, "r:gz") as tar:
         for count, member in enumerate(tar, 1):  # headers are read one at a time, before each member's data
@@ -314,9 +321,9 @@ def _extract_cifar_members(archive: Path, dataset_cls: type[datasets.CIFAR10], d
             elif member.isdir() and name == base:
                 continue
             elif not member.isreg() or name not in allowed or name in seen:
-                why = f"{member.name!r} is not a file of CIFAR-10's archive" + (" (twice)" if name in seen else "")
-            elif member.size > CIFAR_MAX_MEMBER_BYTES:
-                why = f"{member.name!r} declares {member.size} bytes, more than {CIFAR_MAX_MEMBER_BYTES}"
+                why = f"{member.name!r} is not a file of {what}'s archive" + (" (twice)" if name in seen else "")
+            elif member.size > limit:
+                why = f"{member.name!r} declares {member.size} bytes, more than {limit}"
             if why:
                 raise DataError(f"{archive} could not be extracted ({why}); replace it with the original file")
             seen.add(name)

@@ -1,4 +1,4 @@
-"""LightningDataModules for MNIST, Fashion-MNIST and CIFAR-10 on torchvision's dataset classes.
+"""LightningDataModules for MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 on torchvision's dataset classes.
 
 Each names its torchvision data set, its image shape and normalization, the files it expects under
 ``data_dir`` with their md5 sums, and how its original archives are imported (:mod:`project.data.archives`).
@@ -19,7 +19,7 @@ from project.data.archives import FIX, RAW_MD5, check_idx_size, check_md5, impor
 from project.data.base import VisionDataModule
 from project.errors import DataError
 
-__all__ = ["CIFAR10DataModule", "FashionMNISTDataModule", "MNISTDataModule", "VisionDataModule"]
+__all__ = ["CIFAR100DataModule", "CIFAR10DataModule", "FashionMNISTDataModule", "MNISTDataModule", "VisionDataModule"]
 
 
 class _MNISTFamily(VisionDataModule):
@@ -75,6 +75,20 @@ class FashionMNISTDataModule(_MNISTFamily):
     mean, std = (0.2860,), (0.3530,)
 
 
+# The label names of the published archives' ``batches.meta`` / ``meta`` files, by class index: known without the
+# files, so that ``predict`` on a run needs no data set (torchvision reads them only when it loads the data).
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CIFAR100_CLASSES = tuple(
+    """apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel can
+    castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur dolphin
+    elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion lizard
+    lobster man maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree pear
+    pickup_truck pine_tree plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal
+    shark shrew skunk skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table tank
+    telephone television tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf woman worm""".split()
+)
+
+
 class CIFAR10DataModule(VisionDataModule):
     """CIFAR-10 (Krizhevsky 2009): 50,000 train / 10,000 test images, 3x32x32 uint8, 10 classes.
 
@@ -87,6 +101,12 @@ class CIFAR10DataModule(VisionDataModule):
     dataset_cls = datasets.CIFAR10
     mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
     input_shape = (3, 32, 32)
+    label_names: tuple[str, ...] = CIFAR10_CLASSES
+
+    @property
+    def classes(self) -> list[str]:
+        """The class names by index (torchvision's CIFAR classes hold them only once the data are loaded)."""
+        return list(self.label_names)
 
     def __init__(self, *args: Any, augment: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -132,3 +152,18 @@ class CIFAR10DataModule(VisionDataModule):
 
     def import_archives(self, source_dir: Path) -> None:
         import_cifar_archive(self.dataset_cls, source_dir, self.data_dir)
+
+
+class CIFAR100DataModule(CIFAR10DataModule):
+    """CIFAR-100 (Krizhevsky 2009): 50,000 train / 10,000 test images, 3x32x32 uint8, 100 classes (the fine labels;
+    SimpleCNN then has 100 outputs).
+
+    Normalization: the per-channel training-set mean (0.5071, 0.4865, 0.4409) and std (0.2673, 0.2564, 0.2762).
+    Offline import: ``cifar-100-python.tar.gz`` in ``source_dir``, md5-checked, extracted member by member as
+    CIFAR-10's. ``augment`` and the other arguments as :class:`CIFAR10DataModule`.
+    """
+
+    dataset_cls = datasets.CIFAR100
+    mean, std = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+    num_classes = 100
+    label_names = CIFAR100_CLASSES

@@ -169,8 +169,31 @@ FLAGS = {
 FAST = {"clip_norm", "clip_value", "clip_accumulate"}  # the ones that failed; the rest guard the matrix
 
 
-@pytest.mark.parametrize("picked", ["32-true", "bf16-mixed", "16-mixed"])
-@pytest.mark.parametrize("flag", [f if f in FAST else pytest.param(f, marks=pytest.mark.slow) for f in FLAGS])
+# The precisions auto_precision can pick. On a CPU a GPU's pick, 16-mixed, runs as bf16-mixed: the same run as the
+# bf16-mixed column, so it is one case per matrix (the flags that once failed, and one switch), not a column. A case
+# whose flags set trainer.precision themselves runs under one pick: auto_precision does not apply to it.
+PICKS = ("32-true", "bf16-mixed")
+
+
+def precision_cases(names: dict, explicit, always_all: set) -> list:
+    cases = []
+    for name in names:
+        picks = ("32-true",) if explicit(name) else PICKS + (("16-mixed",) if name in always_all else ())
+        cases += [(name, picked) for picked in picks]
+    return cases
+
+
+def _sets_precision(args: list[str]) -> bool:
+    return "--trainer.precision" in args or any(a.endswith("configs/amp.yaml") for a in args)
+
+
+@pytest.mark.parametrize(
+    ("flag", "picked"),
+    [
+        (f, p) if f in FAST else pytest.param(f, p, marks=pytest.mark.slow)
+        for f, p in precision_cases(FLAGS, lambda f: _sets_precision(FLAGS[f]), FAST)
+    ],
+)
 def test_tuned_config_with_trainer_flags_under_each_auto_precision(
     tiny_mnist, tmp_path, monkeypatch, capsys, picked, flag
 ):
@@ -445,8 +468,9 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("picked", ["32-true", "bf16-mixed", "16-mixed"])
-@pytest.mark.parametrize("name", list(SWITCHES))
+@pytest.mark.parametrize(
+    ("name", "picked"), precision_cases(SWITCHES, lambda n: _sets_precision(SWITCHES[n][0]), {"in_memory"})
+)
 def test_every_switch_under_each_auto_precision(name, picked, tiny_mnist, tmp_path, monkeypatch):
     """Every switch (helpers.SWITCHES) trains and is recorded, under each precision auto_precision can pick
     (configs/mnist.yaml sets auto_precision: a plain run of a switch is one of these three)."""
