@@ -32,6 +32,7 @@ from project.cli.gate import CheckpointGate
 from project.cli.parse_errors import ParseError, misspelling_hint
 from project.cluster import ddp, slurm
 from project.data.base import VisionDataModule
+from project.errors import ConfigError
 from project.module import ImageClassifier
 from project.report.epoch_metrics import EpochMetrics
 from project.report.results import TensorBoardLayout
@@ -113,6 +114,42 @@ class RunConfig(SaveConfigCallback):
         if config.get("trust_checkpoint"):  # a one-time decision about one file, not a setting to pass on
             config.trust_checkpoint = False
         files.write_text(log_dir / name, self.parser.dump(config, skip_none=False))
+
+
+def check_round_trip(parser: LightningArgumentParser, cfg: Any, flags: set[str]) -> None:
+    """What ``--print_config[=flags]`` prints, given back to ``--config``, must be the same config: ``skip_null``
+    drops a ``null`` that removes a callback (``--lr_monitor null``), and a run from the printed file would get the
+    callback back without a word. Refused with the keys it would change; nothing is printed.
+
+    Raises:
+        ConfigError: naming the keys whose values the printed file would not keep, and the fix.
+    """
+    if "skip_null" not in flags:
+        return  # comments and skip_default print what parses back to the same config
+    full = yaml.safe_load(parser.dump(cfg, skip_none=False, skip_validation=True))
+    printed = yaml.safe_load(parser.dump(cfg, skip_none=True, skip_validation=True))
+    defaults = yaml.safe_load(parser.dump(parser.get_defaults(), skip_none=False, skip_validation=True))
+
+    def dropped(full: Any, printed: Any, default: Any, path: str) -> list[str]:
+        if isinstance(full, dict):
+            keys = []
+            for key, value in full.items():
+                sub = f"{path}.{key}" if path else key
+                missing = not isinstance(printed, dict) or key not in printed
+                base = default.get(key) if isinstance(default, dict) else None
+                if value is None and missing and base is not None:
+                    keys.append(sub)  # a null the defaults fill back in
+                elif not missing:
+                    keys += dropped(value, printed[key], base, sub)
+            return keys
+        return []
+
+    lost = dropped(full, printed, defaults, "")
+    if lost:
+        raise ConfigError(
+            f"--print_config=skip_null would drop {', '.join(f'{k}: null' for k in lost)}, which a run from the printed "
+            "file would fill with its default again; print without skip_null (--print_config)"
+        )
 
 
 # Lightning 2.6's own pytree helper (lightning/pytorch/utilities/_pytree.py) builds torch's deprecated
@@ -344,6 +381,9 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
             if self.resolve_only:
                 raise
             return
+        flags = {f for a in args if str(a).startswith("--print_config=") for f in str(a).split("=", 1)[1].split(",")}
+        if not self.resolve_only:
+            check_round_trip(parser, cfg, flags)
         self.run_config_steps(cfg, stages=(CONFIG,))
         if self.resolve_only:
             raise Resolved(yaml.safe_load(parser.dump(cfg, skip_unset=False, skip_validation=True)))

@@ -76,3 +76,29 @@ def test_print_config_refuses_what_fit_refuses(argv, key, tmp_path, monkeypatch,
         lines = err.strip().splitlines()
         assert out == "" and len(lines) == 1 and lines[0].startswith(f"error: {key}"), (out, lines)
     assert list(tmp_path.iterdir()) == []
+
+
+def _nullable_keys() -> list[str]:
+    """Every key of the default config whose ``null`` means something other than its default: the run callbacks a
+    ``null`` removes (``throughput`` must stay: refused whatever the print) and the trainer's plugins."""
+    from project.cli.parser import RUN_CALLBACKS
+
+    return [key for key in RUN_CALLBACKS if key != "throughput"] + ["trainer.plugins"]
+
+
+@pytest.mark.parametrize("key", _nullable_keys())
+def test_skip_null_never_prints_a_config_that_parses_back_to_another(key, tmp_path, monkeypatch, capsys):
+    """``--print_config=skip_null`` (offered in --help) dropped the ``null`` that removes a callback: a run from the
+    printed file had the callback back, without a word. A null the defaults would fill again is refused by name;
+    a skip_null print of a config without one is printed and parses back to the same config."""
+    monkeypatch.chdir(tmp_path)
+    defaults = ProjectCLI.resolve([])
+    assert run_main([f"--{key}", "null", "--print_config=skip_null"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and f"skip_null would drop {key}: null" in lines[0], lines
+    with pytest.raises(SystemExit):
+        ProjectCLI(["--print_config=skip_null"])
+    config = tmp_path / "printed.yaml"
+    config.write_text(capsys.readouterr().out)
+    assert ProjectCLI.resolve(["--config", str(config)]) == defaults
