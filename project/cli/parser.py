@@ -146,9 +146,10 @@ def check_round_trip(parser: LightningArgumentParser, cfg: Any, flags: set[str])
 
     lost = dropped(full, printed, defaults, "")
     if lost:
+        nulls = ", ".join(f"{k}: null" for k in lost)
         raise ConfigError(
-            f"--print_config=skip_null would drop {', '.join(f'{k}: null' for k in lost)}, which a run from the printed "
-            "file would fill with its default again; print without skip_null (--print_config)"
+            f"--print_config=skip_null would drop {nulls}, which a run from the printed file would fill with its "
+            "default again; print without skip_null (--print_config)"
         )
 
 
