@@ -344,6 +344,33 @@ def check_one_metrics_csv(cfg: Any) -> None:
         )
 
 
+def check_one_run_logger(cfg: Any) -> None:
+    """A run is one folder: each logger Lightning documents numbers and writes its own folder (``CSVLogger`` beside
+    the TensorBoard logger wrote ``metrics.csv`` into ``lightning_logs/version_N``, a second "run" every command
+    listed), so a list of loggers is refused; the run's own files (``metrics.csv``, the TensorBoard events) come from
+    the one logger and the run callbacks."""
+    loggers = [lg for lg in _as_list(cfg.trainer.logger) if lg is not True]
+    if len(loggers) > 1:
+        names = ", ".join(str(getattr(lg, "class_path", lg)).rpartition(".")[2] for lg in loggers)
+        raise ConfigError(
+            f"trainer.logger: {len(loggers)} loggers ({names}) would each write the run into a folder of its own, "
+            "where every command sees another run; keep one (the default TensorBoard logger writes the run folder; "
+            "metrics.csv comes from the metrics_csv callback)"
+        )
+
+
+def check_profiler_in_run_folder(cfg: Any) -> None:
+    """A profiler writes its reports into the run folder (``filename`` names them there); a ``dirpath`` elsewhere
+    would leave part of the run outside it."""
+    profiler = cfg.trainer.get("profiler")
+    dirpath = getattr(getattr(profiler, "init_args", None), "dirpath", None)
+    if dirpath is not None:
+        raise ConfigError(
+            f"trainer.profiler.init_args.dirpath: {dirpath}; a profiler writes its reports into the run folder, "
+            "where the run's other files are: drop dirpath (filename names the report file there)"
+        )
+
+
 def check_throughput_kept(cfg: Any) -> None:
     """``throughput`` measures ``results.json``'s speed: it may change, not go."""
     if cfg.get("throughput") is None:
@@ -459,6 +486,8 @@ CHECKS: tuple[Callable[[Any], None], ...] = (
     settle_logger,
     check_checkpoint_io,
     check_one_metrics_csv,
+    check_one_run_logger,
+    check_profiler_in_run_folder,
     check_throughput_kept,
     check_not_barebones,
     check_trains_something,
