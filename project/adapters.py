@@ -116,6 +116,25 @@ def training_clock(monitor: Any, stage: Any) -> tuple[float, int, list[float]]:
     return monitor._t0s[stage], monitor._samples[stage], list(monitor._throughputs[stage]._time)
 
 
+def continue_training_clock(monitor: Any, stage: Any, samples: int, batches: int, seconds: float) -> None:
+    """Start ``ThroughputMonitor``'s totals for ``stage`` at a resumed run's: ``_samples`` and ``_batches`` from
+    ``samples``/``batches``, and ``_t0s`` ``seconds`` earlier, so ``train/samples``, ``train/batches`` and
+    ``train/time`` continue instead of starting again at 0 (the monitor resets them at every fit's start and has no
+    state of its own in a checkpoint)."""
+    monitor._samples[stage] += samples
+    monitor._batches[stage] += batches
+    monitor._t0s[stage] -= seconds
+
+
+def training_totals(monitor: Any, stage: Any) -> tuple[int, int, float]:
+    """``ThroughputMonitor``'s totals so far for ``stage``: samples, batches, and seconds at the last update (0 when
+    the stage has not started)."""
+    if stage not in monitor._samples:
+        return 0, 0, 0.0
+    times = monitor._throughputs[stage]._time
+    return monitor._samples[stage], monitor._batches[stage], float(times[-1]) if times else 0.0
+
+
 class TrainingRatesOnly:
     """Mixin for a ``ThroughputMonitor`` subclass: its ``_compute`` (the private step that logs the rates) runs for
     the training stage only. Validation and test are still measured (``_update``: Lightning subtracts their time

@@ -78,8 +78,9 @@ class Throughput(FreshEachFit, adapters.TrainingRatesOnly, ThroughputMonitor):
     ``train/device/samples_per_sec``, ``train/device/batches_per_sec`` and ``train/device/flops_per_sec`` (FLOPs
     from the module's ``flops_per_batch``), ``train/device/mfu`` on GPUs whose peak Lightning knows, the same
     without ``device/`` summed over ranks when there is more than one, and ``train/time`` (seconds),
-    ``train/samples``, ``train/batches`` so far. Validation and test throughput are measured (the subtraction
-    needs them) but not logged.
+    ``train/samples``, ``train/batches`` so far (continued across a resume: :meth:`state_dict`; Lightning's monitor
+    starts them at 0 on every fit). Validation and test throughput are measured (the subtraction needs them) but
+    not logged.
 
     Added here, each epoch: ``train/epoch_time_s`` (seconds of training steps, data loading included,
     validation and checkpointing excluded), logged, and ``epoch_time_s`` / ``samples_per_s`` lists (all ranks
@@ -106,12 +107,40 @@ class Throughput(FreshEachFit, adapters.TrainingRatesOnly, ThroughputMonitor):
         self.samples_per_s: list[float] = []
         self.flags: dict[str, bool] = {}
         self._epoch_start: tuple[float, int] = (0.0, 0)
+        self._resumed: tuple[int, int, float] = (0, 0, 0.0)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.fresh_for(trainer, stage)  # another Trainer's fit: its own epoch times, not the last fit's too
         # Trainer.log_every_n_steps: set by Lightning's LoggerConnector, not declared on the class
         self.kwargs["window_size"] = max(2, self.window_size or trainer.log_every_n_steps)  # type: ignore[attr-defined]
         super().setup(trainer, pl_module, stage)
+
+    def state_dict(self) -> dict[str, Any]:
+        """In every checkpoint: the training totals so far, ``{"samples": int, "batches": int, "seconds": float}``
+        (rank 0's: samples per process), from which a resumed fit continues ``train/samples``, ``train/batches``
+        and ``train/time``."""
+        samples, batches, seconds = adapters.training_totals(self, RunningStage.TRAINING)
+        resumed = self._resumed if not samples else (0, 0, 0.0)  # saved before any step of a resumed fit
+        return {"samples": samples + resumed[0], "batches": batches + resumed[1], "seconds": seconds + resumed[2]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A resumed fit's totals start where the checkpoint's ended (applied when training starts)."""
+        values = (state_dict.get("samples", 0), state_dict.get("batches", 0), state_dict.get("seconds", 0.0))
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values):
+            self._resumed = (int(values[0]), int(values[1]), float(values[2]))
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
+        super().on_train_start(trainer, *args)
+        samples, batches, seconds = self._resumed
+        if not trainer.is_global_zero or not (samples or batches):
+            return
+        # A checkpoint written from another callback's on_train_batch_end (a preemption handler, a test's stop) is
+        # saved before this monitor counts that batch: the restored step count says how many batches were trained.
+        trained = trainer.global_step * trainer.accumulate_grad_batches
+        if trained > batches:  # the batches it missed, at the run's mean samples and seconds per batch
+            missed = (trained - batches) / max(batches, 1)
+            samples, seconds, batches = samples + round(missed * samples), seconds * (1 + missed), trained
+        adapters.continue_training_clock(self, RunningStage.TRAINING, samples, batches, seconds)
 
     @rank_zero_only
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

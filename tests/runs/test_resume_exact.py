@@ -224,3 +224,39 @@ def test_lightning_counts_the_resumed_epoch_twice_towards_max_epochs_with_max_st
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "15", "--ckpt_path", "last")) == 0
     (straight,), (run,) = run_dirs(tmp_path / "a"), run_dirs(tmp_path / "b")
     assert results(straight)["global_step"] == 15 and results(run)["global_step"] == 10
+
+
+def throughput_curves(run: Path) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` of the cumulative throughput tags in every event file of ``run`` (a resumed run
+    writes a file per fit)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    curves: dict[str, dict[int, float]] = {}
+    for events in sorted(run.glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0}).Reload()
+        for tag in ("train/samples", "train/batches", "train/time"):
+            if tag in acc.Tags()["scalars"]:
+                curves.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return curves
+
+
+def test_throughput_totals_continue_across_a_resume(uninterrupted, tiny_mnist, tmp_path, monkeypatch):
+    """Lightning's ThroughputMonitor starts train/samples, train/batches and train/time at 0 on every fit, so a
+    resumed run's curves jumped back. Stopped after step 14 and resumed, they continue: samples and batches at every
+    step as the uninterrupted run logged them, time never going back."""
+    monkeypatch.chdir(tmp_path)
+    args = [*STEP_LR, *LOADERS["in_memory"], "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "1"]
+    straight = throughput_curves(uninterrupted(tiny_mnist, *args))
+    stop = ["--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, *stop)) == 0
+    (run,) = run_dirs(tmp_path / "b")
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "--ckpt_path", str(run / "checkpoints/at.ckpt"))) == 0
+    resumed = throughput_curves(run)
+    for tag in ("train/samples", "train/batches"):
+        assert max(resumed[tag]) >= 19 and resumed[tag] == straight[tag], tag
+    assert resumed["train/samples"][19] == 50 * 20  # batches of 50: every sample of both epochs counted once
+    # time goes on from where the first fit was (the batch its checkpoint missed is estimated, so the first fit's
+    # very last point may be a little later than the resumed first one; never back at 0)
+    time = resumed["train/time"]
+    after = [time[step] for step in sorted(time) if step >= 14]
+    assert after == sorted(after) and after[0] > time[12] > 0
