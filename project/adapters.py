@@ -10,7 +10,9 @@ Pinned to the tested series in ``pyproject.toml`` (Lightning 2.6, jsonargparse 4
 
 from __future__ import annotations
 
+import contextlib
 import typing
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -211,3 +213,23 @@ def to_builtin(hparams: Any) -> None:
     for key, value in list(hparams.items()):
         if isinstance(value, int | float) and not isinstance(value, bool) and type(value) not in (int, float):
             hparams[key] = int(value) if isinstance(value, int) else float(value)
+
+
+# -- jsonargparse: the import-path allow-list -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def import_paths_only(allowed: Sequence[str]) -> Iterator[None]:
+    """While the block runs, jsonargparse imports only ``allowed`` (dot paths and everything under them) from the
+    values it parses and instantiates, and refuses any other path before importing it (``ImportDenied``): its own
+    ``set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=...)``. The settings are global and
+    have no public reset, so the previous allow/deny verdicts and enforcement are put back afterwards."""
+    from jsonargparse import _common, set_parsing_settings
+
+    settings = _common.parsing_settings
+    saved = dict(settings["import_path_verdicts"]), settings["import_paths_enforced"]
+    set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=list(allowed))
+    try:
+        yield
+    finally:
+        settings["import_path_verdicts"], settings["import_paths_enforced"] = saved

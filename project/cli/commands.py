@@ -20,15 +20,18 @@ and ``--trainer.*`` override, so ``--help`` lists them all and a bad value is on
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningArgumentParser
 
-from project import checkpoints
+from project import adapters, checkpoints
 from project.cli.entry import quiet_library_banners, run_main
 from project.cli.parser import ProjectCLI
 from project.data.base import DEFAULT_DATA_DIR
@@ -232,12 +235,42 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
             trust.check_import_paths(data, str(config))
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
-    return ProjectCLI(
-        ["--config", str(config), *REBUILD, "--trainer.default_root_dir", str(run), *overrides, *args],
-        prog=prog,
-        command_options=options,
-        usage=command.usage if command is not None else None,
+    guard = (
+        adapters.import_paths_only(trust.RUN_IMPORTS)
+        if command is not None and not trusts_config(args)
+        else contextlib.nullcontext()
     )
+    try:
+        with guard:  # the parser itself refuses what a run may not name, before importing it
+            return ProjectCLI(
+                ["--config", str(config), *REBUILD, "--trainer.default_root_dir", str(run), *overrides, *args],
+                prog=prog,
+                command_options=options,
+                usage=command.usage if command is not None else None,
+            )
+    except (ArgumentError, ValueError, ImportError) as e:
+        denied = denied_import(e)
+        if denied is None:
+            raise
+        raise ConfigError(
+            f"{config}: names {denied}, outside what a run folder's config may name (modules of "
+            f"{', '.join(trust.RUN_IMPORTS)}); importing it could run code from anywhere. If you trust this run "
+            "folder and have that package installed, pass --trust_config true"
+        ) from None
+
+
+def denied_import(e: BaseException) -> str | None:
+    """The import path jsonargparse refused (its ``ImportDenied``) behind ``e``, wherever in the chain or the
+    message (it reports a refusal inside a union of types as text), else None."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        found = re.search(r"Importing '([\w.]+)' is not allowed", str(cause))
+        if found:
+            return found.group(1)
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def trusts_config(args: list[str]) -> bool:

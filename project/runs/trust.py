@@ -17,6 +17,21 @@ from project.errors import ConfigError
 
 # The packages whose classes and functions a run folder's config may name (the product and what it is built on).
 TRUSTED_PACKAGES = ("project", "lightning", "torch", "torchvision", "torchmetrics")
+# What jsonargparse may import while it rebuilds a run from a run folder's config (project.adapters.import_paths_only):
+# the classes and callables a run of this project holds, by module, not every class of a trusted package (a
+# torchmetrics metric that downloads weights when built, say). Anything else is refused by the parser itself before
+# it is imported, whatever the string looks like.
+RUN_IMPORTS = (
+    "project",
+    "torch.optim",  # optimizers and learning-rate schedulers
+    "lightning.pytorch.callbacks",
+    "lightning.pytorch.loggers",
+    "lightning.pytorch.plugins",
+    "lightning.pytorch.profilers",
+    "lightning.pytorch.strategies",
+    "lightning.pytorch.accelerators",
+    "lightning.fabric.plugins",
+)
 # A dotted import path: at least two components of Python identifiers.
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 

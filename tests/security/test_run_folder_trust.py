@@ -190,3 +190,40 @@ def test_evaluate_reads_the_users_data_folder_and_names_the_runs_when_it_is_empt
     MNISTDataModule(data_dir="data", source_dir=str(tiny_mnist["source"])).prepare_data()  # the user's data/
     assert evaluate.main([str(run)]) == 0
     assert json.loads((run / "eval-best-test.json").read_text())["samples"] == 100
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        (("model", "optimizer"), "logs.evil"),  # two lower-case parts: no class, no function shape
+        (("model", "optimizer"), "torch.hub.load"),  # a trusted package, a downloading callable
+        (("trainer", "callbacks"), [{"class_path": "torchmetrics.image.lpip.LearnedPerceptualImagePatchSimilarity"}]),
+    ],
+    ids=["module-in-logs", "torch-hub", "torchmetrics-lpips"],
+)
+def test_the_parser_imports_only_what_a_run_holds(key, value, trained_run, tmp_path, monkeypatch, capsys):
+    """Issue 42, kind 2: what a run folder's config may import is a list jsonargparse enforces while it parses
+    (project.runs.trust.RUN_IMPORTS), not a string pattern: a path the pattern lets through is refused by the parser
+    before it is imported, with one error line; the module never runs."""
+    from project import evaluate
+
+    run = tmp_path / "logs" / "x" / "version_0"
+    shutil.copytree(trained_run, run)
+    (tmp_path / "logs" / "evil.py").write_text(EVIL.replace('with_name("RAN")', 'parent.parent.joinpath("RAN")'))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    *parents, last = key
+    node = config
+    for part in parents:
+        node = node[part]
+    node[last] = value
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # python -m puts the working directory first, as here
+    modules = set(sys.modules)
+    assert evaluate.main([str(run)]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("error: ") and "--trust_config true" in errors[0], errors
+    path = value if isinstance(value, str) else value[0]["class_path"]
+    assert f"names {path}" in errors[0], errors
+    assert not (tmp_path / "RAN").exists() and "logs.evil" not in sys.modules
+    assert not {m for m in set(sys.modules) - modules if m.startswith(("torchmetrics.image.lpip", "logs"))}
