@@ -227,3 +227,30 @@ def test_the_parser_imports_only_what_a_run_holds(key, value, trained_run, tmp_p
     assert f"names {path}" in errors[0], errors
     assert not (tmp_path / "RAN").exists() and "logs.evil" not in sys.modules
     assert not {m for m in set(sys.modules) - modules if m.startswith(("torchmetrics.image.lpip", "logs"))}
+
+
+@pytest.mark.parametrize("include", ["config", "trainer"])
+def test_a_file_the_run_config_includes_imports_nothing_the_run_may_not_hold(
+    include, trained_run, tmp_path, monkeypatch, capsys
+):
+    """Issue 42, kind 1: jsonargparse loads the files a config names (a top-level ``config: extra.yaml``, a group
+    given as a file, ``trainer: trainer.yaml``) after our check read config.yaml alone. The parser's own allow-list
+    covers what they name too: the module shipped beside them never runs."""
+    from project import evaluate
+
+    run = planted_run(trained_run, tmp_path)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    trainer = config["trainer"]  # planted_run's callback, moved into the included file
+    if include == "config":
+        (run / "extra.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": trainer.pop("callbacks")}}))
+        config["config"] = "extra.yaml"
+    else:
+        (run / "trainer.yaml").write_text(yaml.safe_dump(trainer))
+        config["trainer"] = "trainer.yaml"
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    status = evaluate.main([str(run)])
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(errors) == 1 and errors[0].startswith("error: "), errors
+    assert not (run / "RAN").exists()
