@@ -83,9 +83,16 @@ class ImageClassifier(L.LightningModule):
         if input_shape is not None and tuple(input_shape) != tuple(self.net.input_shape):
             shape = "x".join(map(str, input_shape))
             fits = [name for name, cls in NETS.items() if tuple(cls.input_shape) == tuple(input_shape)]
+            takes = ", ".join(f"{name} {'x'.join(map(str, cls.input_shape))}" for name, cls in NETS.items())
+            fix = (
+                f"use model.net {' or '.join(fits)} or another data module"
+                if fits
+                else f"no net takes {shape}: bring the data to a net's images ({takes}; an image folder's "
+                "data.channels and data.image_size)"
+            )
             raise ConfigError(
                 f"model.net: {net} takes {'x'.join(map(str, self.net.input_shape))} images but the data gives "
-                f"{shape}; use model.net {' or '.join(fits) or '(none fits)'} or another data module"
+                f"{shape}; {fix}"
             )
         self.example_input_array = torch.zeros(1, *self.net.input_shape)
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")

@@ -253,9 +253,9 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
         if denied is None:
             raise
         raise ConfigError(
-            f"{config} (or a file it includes): names {denied}, outside what a run folder's config may name (modules of "
-            f"{', '.join(trust.RUN_IMPORTS)}); importing it could run code from anywhere. If you trust this run "
-            "folder and have that package installed, pass --trust_config true"
+            f"{config} (or a file it includes): names {denied}, outside what a run folder's config may name "
+            f"(modules of {', '.join(trust.RUN_IMPORTS)}); importing it could run code from anywhere. If you trust "
+            "this run folder and have that package installed, pass --trust_config true"
         ) from None
 
 

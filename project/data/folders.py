@@ -20,8 +20,9 @@ Image files are recognised by their suffix (:data:`project.data.images.IMAGE_SUF
 Images are decoded once into one uint8 array (N, H, W) or (N, H, W, 3) and cached on disk under
 ``data_dir/.cache/``, keyed by every image's path, size and modification time and by the decode settings: an added,
 removed or changed file, or other settings, build a new cache; a cache that does not load, or holds another key, is
-rebuilt, never trusted (it is read with ``torch.load(weights_only=True)``). Later runs, and ``in_memory: true``, read
-the cache only.
+rebuilt, never trusted (it is read with ``torch.load(weights_only=True)``; its arrays must have the settings' shape).
+Later runs, and ``in_memory: true``, read the cache only. The :data:`CACHES_KEPT` most recently used caches are
+kept, older ones removed.
 
 Normalization statistics (per-channel mean and std, of pixel values in [0, 1]) come from the training split only
 (the train/ images left after the validation split or fold), and travel in the checkpoint with the class names, so
@@ -62,6 +63,7 @@ log = logging.getLogger(__name__)
 
 OTHER_DEFAULT_VAL_SIZE = inspect.signature(VisionDataModule.__init__).parameters["val_size"].default
 CACHE_FORMAT = 1  # bump when what the cache holds changes: older caches are then rebuilt
+CACHES_KEPT = 3  # image caches kept per folder (the most recently used)
 SPLITS = ("train", "val", "test")
 Resize = Literal["stretch", "crop", "pad"]
 
@@ -83,14 +85,38 @@ def find_classes(folder: Path) -> list[str]:
     return classes
 
 
+def class_files(folder: Path) -> tuple[list[Path], int]:
+    """The image files under one class ``folder`` (recursively, sorted) and the number of entries skipped: files
+    that are not images by their suffix, anything hidden (a ``.name`` file or folder at any depth, as
+    ``.thumbs/``), and linked folders inside the class (not followed: a link can point anywhere, and a loop never
+    ends). A class folder that is itself a link is read."""
+    images: list[Path] = []
+    skipped = 0
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() and path.is_dir():
+            skipped += 1  # not descended into
+        elif path.is_file():
+            hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
+            if hidden or path.suffix.lower() not in IMAGE_SUFFIXES:
+                skipped += 1
+            else:
+                images.append(path)
+    return images, skipped
+
+
 def list_images(folder: Path, classes: list[str], split: str) -> tuple[list[Path], list[int], int]:
-    """The image files of ``folder/<class>/`` (recursively, sorted) for each class it has, their class indices, and
-    the number of other files skipped.
+    """The image files of ``folder/<class>/`` (:func:`class_files`) for each class it has, their class indices, and
+    the number of entries skipped.
 
     Raises:
-        DataError: a class folder of ``folder`` that ``classes`` (train/'s) lacks, or an empty class folder.
+        DataError: ``folder`` holds no class folder (a ``val/`` or ``test/`` left empty), a class folder that
+            ``classes`` (train/'s) lacks, or a class folder without images.
     """
     present = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not present:
+        raise DataError(
+            f"{folder}: no class folders; fill it as train/ (<class>/<image>) or remove it ({split}/ is optional)"
+        )
     unknown = [c for c in present if c not in classes]
     if unknown:
         raise DataError(
@@ -101,15 +127,22 @@ def list_images(folder: Path, classes: list[str], split: str) -> tuple[list[Path
     targets: list[int] = []
     skipped = 0
     for name in present:
-        found = sorted(p for p in (folder / name).rglob("*") if p.is_file() and not p.name.startswith("."))
-        images = [p for p in found if p.suffix.lower() in IMAGE_SUFFIXES]
-        skipped += len(found) - len(images)
+        images, n = class_files(folder / name)
+        skipped += n
         if not images:
             suffixes = ", ".join(sorted(IMAGE_SUFFIXES))
             raise DataError(f"{folder / name}: no image files ({suffixes}) in this {split} class")
         files += images
         targets += [classes.index(name)] * len(images)
     return files, targets, skipped
+
+
+def prune_caches(folder: Path, keep: int = CACHES_KEPT) -> None:
+    """Remove all but the ``keep`` most recently used image caches of ``folder`` (each file list and each decode
+    setting has its own, and an edited folder would otherwise leave every earlier cache behind)."""
+    caches = sorted(folder.glob("images-*.pt"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in caches[keep:]:
+        old.unlink(missing_ok=True)
 
 
 class FolderImages(Dataset):
@@ -261,7 +294,8 @@ class ImageFolderDataModule(VisionDataModule):
         except FileNotFoundError:
             return None
         except Exception as e:  # noqa: BLE001  # anything unreadable is rebuilt, never trusted
-            log.warning("rebuilding the image cache %s (%s: %s)", path, type(e).__name__, e)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            log.warning("rebuilding the image cache %s (%s: %s)", path, type(e).__name__, first)
             return None
         if not (isinstance(cached, dict) and cached.get("key") == key):
             log.warning("rebuilding the image cache %s (it was written for other files or settings)", path)
@@ -272,19 +306,34 @@ class ImageFolderDataModule(VisionDataModule):
         """Every split's images, from the cache when it holds these files with these settings, else decoded (and
         the cache written: a temporary file renamed into place, so a reader never sees half of one)."""
         listing = self._listing()
+        if self.skipped:
+            log.info(
+                "skipped %d entries under %s: not images by suffix, hidden, or linked folders",
+                self.skipped,
+                self.data_dir,
+            )
         key = self._key(listing)
         path = self._cache_path(key)
         cached = self._load_cache(path, key)
         shape = self.input_shape
+
+        def expected(n: int) -> tuple[int, ...]:  # (N, H, W) or (N, H, W, 3), as _decode writes it
+            return (n, shape[1], shape[2]) if shape[0] == 1 else (n, shape[1], shape[2], shape[0])
+
         if cached is not None:
             splits = {}
             for split, (files, targets) in listing.items():
                 data = cached.get(split)
-                if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or len(data) != len(files):
+                if (
+                    not isinstance(data, torch.Tensor)
+                    or data.dtype != torch.uint8
+                    or data.shape != expected(len(files))
+                ):
                     cached = None
                     break
                 splits[split] = (data.numpy(), targets)
             if cached is not None:
+                os.utime(path)  # recently used: kept when older caches are pruned
                 return splits
         log.info(
             "decoding %s images under %s (%dx%dx%d, %s)",
@@ -304,6 +353,7 @@ class ImageFolderDataModule(VisionDataModule):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        prune_caches(path.parent)
         return splits
 
     # -- the VisionDataModule hooks --------------------------------------------------------------
@@ -353,7 +403,7 @@ class ImageFolderDataModule(VisionDataModule):
             else:
                 # unset, or the other data modules' default (jsonargparse keeps it when a config switches
                 # data.class_path from the default MNIST): a tenth of train/
-                val_size = hp.val_size if hp.val_size not in (None, 0, OTHER_DEFAULT_VAL_SIZE) else max(n // 10, 1)
+                val_size = hp.val_size if hp.val_size not in (None, OTHER_DEFAULT_VAL_SIZE) else max(n // 10, 1)
                 if val_size >= n:
                     raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} images of train/")
                 perm = torch.randperm(n, generator=torch.Generator().manual_seed(hp.seed))
@@ -367,6 +417,11 @@ class ImageFolderDataModule(VisionDataModule):
         if "test" in splits:
             self.test_set = FolderImages(*splits["test"])
         else:
+            if not len(self.split[1]):
+                raise ConfigError(
+                    f"data.val_size: 0 and no {self.data_dir}/test folder leave no images to test on; add test/ "
+                    "(<class>/<image>), or keep some validation images"
+                )
             log.warning("no %s/test folder: the test step reports on the validation images", self.data_dir)
             val_idx = self.split[1].numpy()
             self.test_set = FolderImages(images[val_idx], [targets[i] for i in val_idx])

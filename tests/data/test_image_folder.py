@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -179,8 +180,10 @@ def test_resize_policies(resize, corner, tmp_path):
         (lambda d: [p.unlink() for p in (d / "train" / "dog").iterdir()], "dog: no image files"),
         (lambda d: (d / "test" / "horse").mkdir(), r"\['horse'\] are not in train/"),
         (lambda d: (d / "train" / "cat" / "0001.png").write_bytes(b"\x89PNG\r\n\x1a\n broken"), "0001.png"),
+        (lambda d: [shutil.rmtree(d / "test"), (d / "test").mkdir()], "test: no class folders"),
+        (lambda d: (d / "val").mkdir(), "val: no class folders"),
     ],
-    ids=["no-train", "empty-class", "unknown-test-class", "corrupt-image"],
+    ids=["no-train", "empty-class", "unknown-test-class", "corrupt-image", "empty-test", "empty-val"],
 )
 def test_bad_folders_are_one_error_line_and_write_no_run(damage, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -202,3 +205,57 @@ def test_one_class_and_other_files(tmp_path):
     dm = ImageFolderDataModule(data_dir=str(data))
     dm.setup("fit")
     assert len(dm.train_set) == 12 and dm.skipped == 1
+
+
+def test_val_size_0_trains_on_all_of_train_and_needs_a_test_folder(tmp_path):
+    """docs/kfold.md's last step (retrain on every image: --data.val_size 0) on an image folder."""
+    data = make_image_folder(tmp_path / "images")
+    dm = ImageFolderDataModule(data_dir=str(data), val_size=0)
+    dm.setup("fit")
+    assert (len(dm.split[0]), len(dm.split[1]), len(dm.test_set)) == (120, 0, 30)
+    shutil.rmtree(data / "test")
+    with pytest.raises(ConfigError, match="no images to test on"):
+        ImageFolderDataModule(data_dir=str(data), val_size=0).setup("fit")
+
+
+def test_hidden_entries_and_linked_folders_inside_a_class_are_skipped_and_counted(tmp_path):
+    data = make_image_folder(tmp_path / "images", per_class=4, splits=("train",))
+    cat = data / "train" / "cat"
+    (cat / ".thumbs").mkdir()
+    Image.new("RGB", (8, 8)).save(cat / ".thumbs" / "square.png")  # a thumbnail cache, not a cat
+    Image.new("RGB", (8, 8)).save(cat / ".hidden.png")
+    (cat / "notes.txt").write_text("not an image")
+    (cat / "more").symlink_to(data / "train" / "dog", target_is_directory=True)  # a link can point anywhere
+    (cat / "loop").symlink_to(cat, target_is_directory=True)
+    files, skipped = folders_mod.class_files(cat)
+    assert [p.name for p in files] == [f"0{i:03d}.png" for i in range(4)] and skipped == 5
+    dm = ImageFolderDataModule(data_dir=str(data))
+    dm.setup("fit")
+    assert len(dm.train_set) == 12 and dm.skipped == 5
+
+
+def test_a_cache_of_another_shape_under_the_right_key_is_rebuilt(tmp_path):
+    data = make_image_folder(tmp_path / "images", per_class=4, splits=("train",))
+    ImageFolderDataModule(data_dir=str(data)).prepare_data()
+    (cache,) = (data / ".cache").iterdir()
+    payload = torch.load(cache, weights_only=True)
+    payload["train"] = payload["train"][:, :16, :16]  # same key, same length, 16x16 images
+    torch.save(payload, cache)
+    dm = ImageFolderDataModule(data_dir=str(data))
+    dm.setup("fit")
+    assert dm.train_set.data.shape == (12, 32, 32, 3)
+
+
+def test_only_the_most_recent_caches_are_kept(tmp_path):
+    data = make_image_folder(tmp_path / "images", per_class=4, splits=("train",))
+    for size in (8, 12, 16, 20, 24):
+        ImageFolderDataModule(data_dir=str(data), image_size=size).prepare_data()
+    assert len(list((data / ".cache").glob("images-*.pt"))) == folders_mod.CACHES_KEPT
+
+
+def test_a_data_shape_no_net_takes_names_the_data_settings(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    data = make_image_folder(tmp_path / "images", per_class=4)
+    assert run_main(fit_args(data, tmp_path / "logs", "--data.channels", "1")) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no net takes 1x32x32" in line and "data.channels" in line and "lenet 1x28x28" in line, line
