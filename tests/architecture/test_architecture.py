@@ -37,6 +37,7 @@ FACES = {
         "CIFAR10DataModule",
         "VisionDataModule",
         "ImageFolderDataModule",
+        "CIFAR100DataModule",
     },
     "project.callbacks": {
         "Pruning",
