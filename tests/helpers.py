@@ -54,6 +54,9 @@ def tiny_args(paths: dict, logs: Path, *extra: str, name: str = "tiny") -> list[
         str(logs),
         "--trainer.logger.init_args.name",
         name,
+        # No model graph (a torch.jit.trace, about a quarter of a tiny fit's time); the tests of the graph ask for it.
+        "--trainer.logger.init_args.log_graph",
+        "false",
         *extra,
     ]
 

@@ -155,7 +155,8 @@ def train_tiny_run(root: Path, *args: str) -> tuple[Path, dict]:
     with pytest.MonkeyPatch.context() as mp:
         paths = make_tiny_mnist(root / "mnist", mp)
         mp.chdir(root)
-        assert run_main(tiny_args(paths, root / "logs", *(args or ("--trainer.max_epochs", "2")))) == 0
+        graph = ("--trainer.logger.init_args.log_graph", "true")  # a whole run, as fit writes it (shared: built once)
+        assert run_main(tiny_args(paths, root / "logs", *graph, *(args or ("--trainer.max_epochs", "2")))) == 0
     (run,) = run_dirs(root / "logs")
     return run, paths
 

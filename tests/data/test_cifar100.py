@@ -46,7 +46,8 @@ def test_simple_cnn_gets_100_outputs_and_predict_names_the_classes(tiny_cifar100
     """A CIFAR-100 fit through the CLI: the net's last layer is Linear(32*32*32 -> 100); predict, with no data set
     on disk, writes the published fine label names."""
     monkeypatch.chdir(tmp_path)
-    assert run_main(cifar_args(tiny_cifar100, tmp_path / "logs", "project.data.CIFAR100DataModule")) == 0
+    limits = ("--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1")
+    assert run_main(cifar_args(tiny_cifar100, tmp_path / "logs", "project.data.CIFAR100DataModule", *limits)) == 0
     (run,) = run_dirs(tmp_path / "logs")
     assert results(run)["params"] == 448 + 4640 + 32 * 32 * 32 * 100 + 100
     assert len(results(run)["confusion_matrix"]) == 100

@@ -36,6 +36,7 @@ def tensorboard(tiny_mnist, tmp_path, monkeypatch):
         "5",
         "--config",
         str(REPO / "configs/pruning.yaml"),
+        *("--trainer.logger.init_args.log_graph", "true"),  # the README's graph tab
     ]
     assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *args)) == 0
     port = free_port()
