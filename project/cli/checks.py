@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import os
 import re
 import secrets
@@ -24,7 +23,7 @@ from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters
-from project.data.base import VisionDataModule
+from project.data.base import DEFAULT_VAL_SIZE
 from project.data.folds import check_folds
 from project.errors import ConfigError, yaml_problem
 from project.runs import files, layout
@@ -445,14 +444,11 @@ def check_fold_settings(cfg: Any) -> None:
         check_folds(folds, fold)
 
 
-VAL_SIZE_DEFAULT = inspect.signature(VisionDataModule.__init__).parameters["val_size"].default
-
-
 def check_folds_without_val_size(cfg: Any) -> None:
     """With ``data.folds`` the validation images are a fold, so a ``data.val_size`` other than its default (which
     the folds do not use; ``None`` for the image-folder data module) is refused rather than silently ignored."""
     args = _data_args(cfg)
-    if args.get("folds") is not None and args.get("val_size", VAL_SIZE_DEFAULT) not in (VAL_SIZE_DEFAULT, None):
+    if args.get("folds") is not None and args.get("val_size", DEFAULT_VAL_SIZE) not in (DEFAULT_VAL_SIZE, None):
         raise ConfigError(
             f"data.val_size: {args.get('val_size')} with data.folds: {args.get('folds')}; with folds each validation "
             "set is one fold (1/folds of the training images): drop data.val_size, or data.folds for a plain split"

@@ -32,7 +32,7 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project import adapters, checkpoints
-from project.cli.entry import quiet_library_banners, run_main
+from project.cli.entry import exception_chain, quiet_library_banners, run_main
 from project.cli.parser import ProjectCLI
 from project.data.base import DEFAULT_DATA_DIR
 from project.errors import ConfigError, DataError
@@ -262,14 +262,10 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
 def denied_import(e: BaseException) -> str | None:
     """The import path jsonargparse refused (its ``ImportDenied``) behind ``e``, wherever in the chain or the
     message (it reports a refusal inside a union of types as text), else None."""
-    seen: set[int] = set()
-    cause: BaseException | None = e
-    while cause is not None and id(cause) not in seen:
+    for cause in exception_chain(e):
         found = re.search(r"Importing '([\w.]+)' is not allowed", str(cause))
         if found:
             return found.group(1)
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
     return None
 
 

@@ -123,14 +123,18 @@ def _cause(e: BaseException) -> BaseException:
     """The project's own error behind ``e``, when jsonargparse wrapped it: a data module's constructor that refuses
     its folder raises a :class:`UserError`, which jsonargparse reports as "Does not validate against any of the
     Union subtypes" with the message buried in its list; the user gets the message itself."""
-    seen = set()
+    return next((cause for cause in exception_chain(e) if isinstance(cause, UserError)), e)
+
+
+def exception_chain(e: BaseException) -> Iterator[BaseException]:
+    """``e``, then the exception it was raised from or during (``__cause__``, else ``__context__``), and so on, each
+    once."""
+    seen: set[int] = set()
     cause: BaseException | None = e
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, UserError):
-            return cause
+        yield cause
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
-    return e
 
 
 def _exit_status(e: BaseException, parsing: bool) -> int | None:

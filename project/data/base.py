@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 # Where extracted data lives unless data.data_dir says otherwise; also the folder the run-folder commands read (a
 # copied run's own data_dir is not followed: docs/security.md).
 DEFAULT_DATA_DIR = "data"
+# Training images split off for validation unless data.val_size says otherwise.
+DEFAULT_VAL_SIZE = 5000
 
 
 class VisionDataModule(L.LightningDataModule):
@@ -111,7 +113,7 @@ class VisionDataModule(L.LightningDataModule):
         num_workers: NonNegativeInt = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
-        val_size: NonNegativeInt = 5000,
+        val_size: NonNegativeInt = DEFAULT_VAL_SIZE,
         folds: PositiveInt | None = None,
         fold: NonNegativeInt = 0,
         seed: int = 42,

@@ -37,7 +37,6 @@ different experiment).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -54,14 +53,13 @@ from torchvision import datasets
 from torchvision import transforms as T
 
 from project.adapters import to_builtin
-from project.data.base import DEFAULT_DATA_DIR, VisionDataModule
+from project.data.base import DEFAULT_DATA_DIR, DEFAULT_VAL_SIZE, VisionDataModule
 from project.data.folds import fold_split
 from project.data.images import IMAGE_SUFFIXES, load_image
 from project.errors import ConfigError, DataError, UserError
 
 log = logging.getLogger(__name__)
 
-OTHER_DEFAULT_VAL_SIZE = inspect.signature(VisionDataModule.__init__).parameters["val_size"].default
 CACHE_FORMAT = 1  # bump when what the cache holds changes: older caches are then rebuilt
 CACHES_KEPT = 3  # image caches kept per folder (the most recently used)
 SPLITS = ("train", "val", "test")
@@ -238,6 +236,7 @@ class ImageFolderDataModule(VisionDataModule):
         self.std = (0.5,) * channels
         self.resize = resize
         self.skipped = 0
+        self._prepared: dict[str, tuple[np.ndarray, list[int]]] | None = None
 
     @property
     def classes(self) -> list[str]:
@@ -376,14 +375,15 @@ class ImageFolderDataModule(VisionDataModule):
             DataError: see the module docstring.
         """
         if self.predict_set is None:
-            self._decoded()
+            self._prepared = self._decoded()  # setup in this process takes them (other processes read the cache)
 
     def setup(self, stage: str | None = None) -> None:
         """The decoded splits, the train/val split (``val/``, else seeded, else a fold) and the training split's
         normalization statistics (idempotent)."""
         if self.train_set is not None or (stage == "predict" and self.predict_set is not None):
             return
-        splits = self._decoded()
+        splits = self._prepared or self._decoded()
+        self._prepared = None
         train, train_targets = splits["train"]
         hp = self.hparams
         if "val" in splits:
@@ -403,7 +403,7 @@ class ImageFolderDataModule(VisionDataModule):
             else:
                 # unset, or the other data modules' default (jsonargparse keeps it when a config switches
                 # data.class_path from the default MNIST): a tenth of train/
-                val_size = hp.val_size if hp.val_size not in (None, OTHER_DEFAULT_VAL_SIZE) else max(n // 10, 1)
+                val_size = hp.val_size if hp.val_size not in (None, DEFAULT_VAL_SIZE) else max(n // 10, 1)
                 if val_size >= n:
                     raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} images of train/")
                 perm = torch.randperm(n, generator=torch.Generator().manual_seed(hp.seed))
