@@ -21,13 +21,23 @@ import torch.nn.functional as F
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.data import AttributeDict
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from project.adapters import to_builtin
 from project.checkpoints import read_checkpoint
 from project.errors import ConfigError, DivergenceError
-from project.nets import NETS, Net, build_net, train_flops_per_sample
+from project.nets import (
+    NETS,
+    build_net,
+    check_logits,
+    is_recipe_net,
+    net_input_shape,
+    net_spec,
+    train_flops_per_sample,
+    widths_of,
+)
 
 log = logging.getLogger("project")
 
@@ -36,10 +46,15 @@ class ImageClassifier(L.LightningModule):
     """Train one of the recipe nets (:mod:`project.nets`) on (N, C, H, W) float batches.
 
     Args:
-        net: ``"lenet"`` (recipe B, 1x28x28 input) or ``"simple_cnn"`` (recipe A, 3x32x32 input).
+        net: ``"lenet"`` (recipe B, 1x28x28 input), ``"simple_cnn"`` (recipe A, 3x32x32 input), or your own
+            ``torch.nn.Module`` class by class path, ``{class_path: mypkg.MyNet, init_args: {...}}``: it is called
+            as ``MyNet(num_classes, **init_args)`` and must map (N, C, H, W) float images of ``input_shape`` to
+            (N, num_classes) logits (checked here on the ``meta`` device). From Python also a class, or that
+            mapping. Hyper-parameters and checkpoints hold the mapping; its class is never imported from them
+            (:func:`project.nets.net_class`).
         num_classes: number of output logits (linked to the data module's by the CLI).
-        input_shape: (C, H, W) of the data's images (linked to the data module's by the CLI); the net must
-            take it.
+        input_shape: (C, H, W) of the data's images (linked to the data module's by the CLI); a recipe net must
+            take it, your own net is fed it.
         optimizer: any ``torch.optim`` class with its settings, e.g.
             ``{class_path: torch.optim.SGD, init_args: {lr: 0.01}}``; default ``torch.optim.SGD`` with its
             default lr 0.001 (recipe B's).
@@ -57,12 +72,13 @@ class ImageClassifier(L.LightningModule):
             :meth:`on_load_checkpoint` rebuilds the slimmed shape before the weights load strictly.
 
     Raises:
-        ConfigError: the net does not take the data's image shape, or ``widths`` does not fit the net.
+        ConfigError: the net does not take the data's image shape or give (N, num_classes) logits, or ``widths``
+            does not fit the net (your own net has no widths).
     """
 
     def __init__(
         self,
-        net: Literal["lenet", "simple_cnn"] = "lenet",
+        net: Literal["lenet", "simple_cnn"] | Callable[[int], nn.Module] = "lenet",
         num_classes: PositiveInt = 10,
         input_shape: tuple[int, int, int] | None = None,
         optimizer: OptimizerCallable = torch.optim.SGD,
@@ -78,9 +94,20 @@ class ImageClassifier(L.LightningModule):
         # logger=False: the run's HPARAMS entry is written once, at the end, by project.report
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"], logger=False)
         to_builtin(self.hparams)
+        try:
+            self.hparams["net"] = net_spec(net)  # plain data: a name, or {class_path, init_args}
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
-        self.net: Net = self._build(widths)
-        if input_shape is not None and tuple(input_shape) != tuple(self.net.input_shape):
+        self.net: nn.Module = self._build(widths)
+        if not is_recipe_net(self.hparams.net):
+            try:
+                #: (C, H, W) of the images the net is fed
+                self.input_shape = net_input_shape(self.hparams.net, input_shape)
+                check_logits(self.hparams.net, num_classes, self.input_shape)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        elif input_shape is not None and tuple(input_shape) != tuple(NETS[net].input_shape):  # type: ignore[index]
             shape = "x".join(map(str, input_shape))
             fits = [name for name, cls in NETS.items() if tuple(cls.input_shape) == tuple(input_shape)]
             takes = ", ".join(f"{name} {'x'.join(map(str, cls.input_shape))}" for name, cls in NETS.items())
@@ -91,10 +118,12 @@ class ImageClassifier(L.LightningModule):
                 "data.channels and data.image_size)"
             )
             raise ConfigError(
-                f"model.net: {net} takes {'x'.join(map(str, self.net.input_shape))} images but the data gives "
+                f"model.net: {net} takes {'x'.join(map(str, NETS[net].input_shape))} images but the data gives "  # type: ignore[index]
                 f"{shape}; {fix}"
             )
-        self.example_input_array = torch.zeros(1, *self.net.input_shape)
+        else:
+            self.input_shape = net_input_shape(self.hparams.net)
+        self.example_input_array = torch.zeros(1, *self.input_shape)
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.train_loss = MeanMetric()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -109,7 +138,7 @@ class ImageClassifier(L.LightningModule):
         """Lightning's ``hparams`` (what ``save_hyperparameters`` saved), typed as the ``AttributeDict`` it is."""
         return cast(AttributeDict, super().hparams)
 
-    def _build(self, widths: dict[str, Any] | None) -> Net:
+    def _build(self, widths: dict[str, Any] | None) -> nn.Module:
         try:
             return build_net(self.hparams.net, self.hparams.num_classes, widths)
         except (TypeError, ValueError) as e:
@@ -123,13 +152,15 @@ class ImageClassifier(L.LightningModule):
         run draws the same random numbers as an uninterrupted one. Records ``widths`` in ``hparams``.
 
         Returns:
-            Whether the net was rebuilt.
+            Whether the net was rebuilt (never for your own net, which has no widths).
 
         Raises:
-            ConfigError: ``widths`` does not fit the net.
+            ConfigError: ``widths`` does not fit the net, or are given for your own net.
         """
+        if widths is None and not is_recipe_net(self.hparams.net):
+            return False
         target = self._build_widths(widths)
-        if target == self.net.widths():
+        if target == widths_of(self.net):
             self.hparams["widths"] = widths
             return False
         first = next(self.net.parameters())
@@ -143,9 +174,9 @@ class ImageClassifier(L.LightningModule):
         self.hparams["widths"] = widths
         return True
 
-    def _build_widths(self, widths: dict[str, Any] | None) -> dict[str, list[int]]:
+    def _build_widths(self, widths: dict[str, Any] | None) -> dict[str, list[int]] | None:
         with torch.device("meta"):
-            return self._build(widths).widths()
+            return widths_of(self._build(widths))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Rebuild the net with the checkpoint's widths (``hyper_parameters.widths``) before its weights load.
@@ -235,11 +266,13 @@ class ImageClassifier(L.LightningModule):
         samples = getattr(self, "_batch_samples", None)
         if samples is None:
             return None
-        widths = self.net.widths()
+        widths = widths_of(self.net)
         key = repr(widths)
         if getattr(self, "_flops_key", None) != key:
             self._flops_key = key
-            self._flops_per_sample = train_flops_per_sample(self.hparams.net, self.hparams.num_classes, widths)
+            self._flops_per_sample = train_flops_per_sample(
+                self.hparams.net, self.hparams.num_classes, widths, self.input_shape
+            )
         return self._flops_per_sample * samples
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:

@@ -28,7 +28,7 @@ from torch import nn
 
 from project.callbacks.pruning import LAYER_TYPES, Pruning, PruningAmount, ScheduledPruning
 from project.errors import ConfigError, require
-from project.nets import Net, count_params, macs_per_sample
+from project.nets import NETS, Net, count_params, is_recipe_net, macs_per_sample, net_name
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +250,13 @@ class StructuredPruning(ScheduledPruning):
             raise ConfigError(
                 "trainer.callbacks: StructuredPruning removes channels, Pruning masks single weights of the same "
                 "layers; use one of them (configs/slim.yaml or configs/pruning.yaml)"
+            )
+        spec = getattr(pl_module.hparams, "net", "lenet")
+        if not is_recipe_net(spec):
+            raise ConfigError(
+                f"model.net: StructuredPruning slims {' and '.join(sorted(NETS))} only, whose layer widths rebuild "
+                f"them; {net_name(spec)} is built from its own init_args, so a slimmed "
+                "checkpoint could not be loaded again. Use Pruning (unstructured, configs/pruning.yaml)"
             )
         if getattr(pl_module.hparams, "compile", False):
             raise ConfigError(

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
+import math
 import os
 import re
 import secrets
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -468,6 +471,58 @@ def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
             )
 
 
+def _written(args: Any, key: str, cls: Any) -> Any:
+    """``args[key]`` when it differs from the class's default for it (so the user or a config wrote it), else None."""
+    value = args.get(key) if args is not None else None
+    try:
+        default = inspect.signature(cls).parameters[key].default
+    except (KeyError, TypeError, ValueError):
+        return value
+    return None if value is None or value == default else value
+
+
+def check_scheduler_shadows(cfg: Any) -> None:
+    """A value the learning-rate scheduler overwrites must agree with it, or it is refused: ``OneCycleLR`` (Smith &
+    Topin 2017; ``torch.optim.lr_scheduler``) sets every step's learning rate from its ``max_lr`` (starting at
+    ``max_lr / div_factor``) and, with ``cycle_momentum`` (its default), the optimizer's ``momentum`` or Adam's first
+    ``beta`` from ``max_momentum`` down to ``base_momentum``. So an optimizer ``lr`` other than its class default or
+    ``max_lr``, or a momentum other than its default or ``max_momentum``, would be written and never used."""
+    model = cfg.get("model")
+    sched = model.get("lr_scheduler") if model is not None else None
+    opt = model.get("optimizer") if model is not None else None
+    if sched is None or opt is None or not str(sched.get("class_path", "")).endswith(".OneCycleLR"):
+        return
+    module, _, name = str(opt.get("class_path", "")).rpartition(".")
+    opt_cls = getattr(sys.modules.get(module), name, None)  # imported by the parser already; nothing is imported here
+    if opt_cls is None:
+        return
+    s_args, o_args = sched.get("init_args") or {}, opt.get("init_args") or {}
+    max_lr, lr = s_args.get("max_lr"), _written(o_args, "lr", opt_cls)
+    if lr is not None and isinstance(max_lr, int | float) and not math.isclose(lr, max_lr, rel_tol=1e-9):
+        raise ConfigError(
+            f"model.optimizer.lr: {lr} is never used: OneCycleLR sets every step's learning rate from "
+            f"model.lr_scheduler.max_lr ({max_lr}); set --model.lr_scheduler.max_lr {lr} instead (and leave the "
+            "optimizer's lr out, or equal to it)"
+        )
+    if not s_args.get("cycle_momentum", True):
+        return
+    top, low = s_args.get("max_momentum", 0.95), s_args.get("base_momentum", 0.85)
+    for key, momentum in (
+        ("momentum", _written(o_args, "momentum", opt_cls)),
+        ("betas", _written(o_args, "betas", opt_cls)),
+    ):
+        first = momentum[0] if key == "betas" and isinstance(momentum, list | tuple) else momentum
+        if key == "betas" and first is not None and first == inspect.signature(opt_cls).parameters["betas"].default[0]:
+            continue  # only the second beta was changed; OneCycleLR leaves it
+        if isinstance(first, int | float) and not math.isclose(first, top, rel_tol=1e-9):
+            what = f"model.optimizer.{key}" + ("[0]" if key == "betas" else "")
+            raise ConfigError(
+                f"{what}: {first} is never used: OneCycleLR (cycle_momentum true) moves it from "
+                f"model.lr_scheduler.max_momentum ({top}) to base_momentum ({low}) and back; set those, write "
+                f"{top} here (its start), or --model.lr_scheduler.cycle_momentum false to keep {first}"
+            )
+
+
 # Steps that depend on this machine rather than on the config (a GPU present; the precision auto_precision picks
 # for this machine): --print_config and a sweep's base leave them out (ProjectCLI.config_steps).
 MACHINE_CHECKS: tuple[Callable[[Any], None], ...] = (check_gpu_present, settle_auto_precision)
@@ -490,4 +545,5 @@ CHECKS: tuple[Callable[[Any], None], ...] = (
     check_resume_keeps_checkpointing,
     check_fold_settings,
     check_folds_without_val_size,
+    check_scheduler_shadows,
 )

@@ -236,7 +236,7 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
     overrides = command.overrides if command is not None else ()
     options = command.arguments if command is not None else None
     guard = (
-        adapters.import_paths_only(trust.RUN_IMPORTS)
+        adapters.import_paths_only(trust.run_imports())
         if command is not None and not trusts_config(args)
         else contextlib.nullcontext()
     )
@@ -254,8 +254,9 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
             raise
         raise ConfigError(
             f"{config} (or a file it includes): names {denied}, outside what a run folder's config may name "
-            f"(modules of {', '.join(trust.RUN_IMPORTS)}); importing it could run code from anywhere. If you trust "
-            "this run folder and have that package installed, pass --trust_config true"
+            f"(modules of {', '.join(trust.run_imports())}); importing it could run code from anywhere. If you "
+            f"trust that package and have it installed, name it in {trust.TRUST_ENV}, or pass --trust_config true "
+            "to trust this whole run folder"
         ) from None
 
 

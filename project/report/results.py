@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import Callback
 
 from project.callbacks.pruning import ScheduledPruning, nonzero_params
 from project.callbacks.training import CudnnFlags, Throughput
-from project.nets import count_params, macs_per_sample, weights_bytes
+from project.nets import count_params, macs_per_sample, net_name, weights_bytes, widths_of
 from project.report.run_logger import run_dir, run_writer
 from project.runs import layout
 
@@ -87,14 +87,15 @@ def _net_size(model: Any, last: str) -> dict[str, Any]:
     ``checkpoint_bytes`` (the size of ``last``, ``None`` for a remote or missing file), and sparsity 0."""
     hp = model.hparams
     params = count_params(model.net)
-    macs = macs_per_sample(hp.net, hp.num_classes, model.net.widths())
+    widths = widths_of(model.net)
+    macs = macs_per_sample(hp.net, hp.num_classes, widths, model.input_shape)
     return {
         "params": params,
         "params_before": params,
         "nonzero_params": nonzero_params(model.net),
         "macs_per_sample": macs,
         "macs_per_sample_before": macs,
-        "widths": model.net.widths(),
+        "widths": widths,
         "weights_bytes": weights_bytes(model.net),
         "checkpoint_bytes": Path(last).stat().st_size if last and "://" not in last and Path(last).is_file() else None,
         "structured_pruning": None,
@@ -209,7 +210,7 @@ def hparams_of(trainer: L.Trainer, model: Any, results: dict[str, Any]) -> dict[
     pruning = callback(trainer, ScheduledPruning)
     data = trainer.datamodule
     return {
-        "net": model.hparams.net,
+        "net": net_name(model.hparams.net),  # your own net: its class path
         "dataset": type(data).__name__.removesuffix("DataModule"),
         "optimizer": type(opt).__name__ if opt is not None else "none",
         "lr": float(group.get("max_lr", group.get("initial_lr", group.get("lr", 0.0)))),

@@ -4,12 +4,14 @@ A run's ``config.yaml`` comes from elsewhere (a colleague's ``logs/``, a paper's
 every class path it names while it parses the file, before any check of ours could run: a class path into a module
 shipped inside the run folder (``logs.dl.version_0.evil.Anything``; under ``python -m`` the working directory is an
 import root) would run that module's code. So a run-folder command reads the config as data first and refuses any
-import path outside :data:`TRUSTED_PACKAGES`, unless the user opts in (``--trust_config true``). See
+import path outside :data:`TRUSTED_PACKAGES`, unless the user opts in: for the packages they name in the environment
+variable ``PROJECT_TRUSTED_PACKAGES`` (their own nets, say), or for everything (``--trust_config true``). See
 ``docs/security.md``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -32,8 +34,40 @@ RUN_IMPORTS = (
     "lightning.pytorch.accelerators",
     "lightning.fabric.plugins",
 )
+#: The environment variable in which a user names more packages (or modules) they trust, comma-separated
+#: (``PROJECT_TRUSTED_PACKAGES=mynets,lab.models``): added to both lists above, for their own nets and callbacks.
+TRUST_ENV = "PROJECT_TRUSTED_PACKAGES"
+_MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # A dotted import path: at least two components of Python identifiers.
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+
+
+def user_trusted() -> tuple[str, ...]:
+    """The packages or modules named in :data:`TRUST_ENV` (empty when unset).
+
+    Raises:
+        ConfigError: an entry is not a dotted Python module name.
+    """
+    names = tuple(n.strip() for n in os.environ.get(TRUST_ENV, "").split(",") if n.strip())
+    for name in names:
+        if not _MODULE.fullmatch(name):
+            raise ConfigError(f"{TRUST_ENV}: {name!r} is not a package or module name (e.g. mynets or lab.models)")
+    return names
+
+
+def trusted_packages() -> tuple[str, ...]:
+    """:data:`TRUSTED_PACKAGES` and the user's (:func:`user_trusted`)."""
+    return TRUSTED_PACKAGES + user_trusted()
+
+
+def run_imports() -> tuple[str, ...]:
+    """:data:`RUN_IMPORTS` and the user's (:func:`user_trusted`): what the parser may import from a run folder."""
+    return RUN_IMPORTS + user_trusted()
+
+
+def within(path: str, modules: tuple[str, ...]) -> bool:
+    """Whether the dotted ``path`` is one of ``modules`` or lies under one."""
+    return any(path == m or path.startswith(m + ".") for m in modules)
 
 
 def import_paths(config: Any, key: str = "") -> list[tuple[str, str]]:
@@ -55,7 +89,7 @@ def import_paths(config: Any, key: str = "") -> list[tuple[str, str]]:
 
 
 def check_import_paths(config: Any, source: str) -> None:
-    """Refuse a config from a run folder that names an import path outside :data:`TRUSTED_PACKAGES`.
+    """Refuse a config from a run folder that names an import path outside :func:`trusted_packages`.
 
     Args:
         config: the parsed config (YAML read as data, nothing imported).
@@ -64,10 +98,12 @@ def check_import_paths(config: Any, source: str) -> None:
     Raises:
         ConfigError: one line naming the file, the key, the path and the opt-in.
     """
+    trusted = trusted_packages()
     for key, path in import_paths(config):
-        if path.split(".", 1)[0] not in TRUSTED_PACKAGES:
+        if not within(path, trusted):
             raise ConfigError(
                 f"{source}: {key} names {path}, outside the packages a run folder's config may name "
-                f"({', '.join(TRUSTED_PACKAGES)}); importing it could run code from anywhere. If you trust this run "
-                "folder and have that package installed, pass --trust_config true"
+                f"({', '.join(trusted)}); importing it could run code from anywhere. If you trust that package "
+                f"and have it installed, name it in {TRUST_ENV} (e.g. {TRUST_ENV}={path.split('.')[0]}), or pass "
+                "--trust_config true to trust this whole run folder"
             )
