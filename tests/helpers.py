@@ -232,6 +232,7 @@ def tensorboard_hparams(run) -> dict:
 
 
 ONECYCLE = ["--model.lr_scheduler", "torch.optim.lr_scheduler.OneCycleLR", "--model.lr_scheduler.max_lr", "0.05"]
+ONECYCLE += ["--model.optimizer.lr", "0.05"]  # as max_lr: OneCycleLR sets it (another value is refused, never used)
 SMOKE = REPO / "configs/sweeps/smoke.yaml"
 
 

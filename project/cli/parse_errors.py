@@ -9,6 +9,7 @@ import difflib
 import enum
 import importlib
 import re
+import sys
 import types
 import typing
 from collections import abc
@@ -168,9 +169,23 @@ def _type_words(declared: Any) -> str:
             words.append("null")
         elif typing.get_origin(option) in (list, tuple, set, abc.Sequence) and typing.get_args(option):
             words.append(f"a list of ({_type_words(typing.get_args(option)[0])})")
+        elif typing.get_origin(option) is abc.Callable and typing.get_args(option):
+            made = typing.get_args(option)[-1]  # Callable[[...], T]: a class path of a T (model.net: nn.Module)
+            words.append(f"a class path of a {_public_path(made)}")
         elif typing.get_origin(option) is not typing.Literal:
             words.append(getattr(option, "__name__", None) or str(option).replace("typing.", ""))
     return " or ".join(words)
+
+
+def _public_path(cls: Any) -> str:
+    """The shortest import path of ``cls`` among loaded modules: ``torch.nn.Module``, not
+    ``torch.nn.modules.module.Module``."""
+    parts = str(getattr(cls, "__module__", "")).split(".")
+    name = getattr(cls, "__qualname__", str(cls))
+    for cut in range(1, len(parts) + 1):
+        if getattr(sys.modules.get(".".join(parts[:cut])), name, None) is cls:
+            return f"{'.'.join(parts[:cut])}.{name}"
+    return f"{'.'.join(parts)}.{name}"
 
 
 def _is_union(declared: Any) -> bool:

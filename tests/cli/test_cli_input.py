@@ -210,6 +210,8 @@ def test_tuned_config_with_trainer_flags_under_each_auto_precision(
         "torch.optim.AdamW",
         "--model.optimizer.fused",
         "true",
+        "--model.lr_scheduler.max_lr",  # tiny_args' lr, which the config's OneCycleLR sets
+        "0.01",
         "--data.num_workers",
         "0",
         "--data.persistent_workers",

@@ -19,7 +19,10 @@ KINDS = [
     (["--trainer.max_epochs", "ten"], "trainer.max_epochs: invalid value 'ten'; expected int or null"),
     (["--checkpoint.every_n_epochs", "x"], "checkpoint.every_n_epochs: invalid value 'x'; expected int or null"),
     # a bad Literal, at the top and inside a class given by class_path
-    (["--model.net", "resnet"], "model.net: invalid value 'resnet'; expected one of 'lenet', 'simple_cnn'"),
+    (
+        ["--model.net", "resnet"],
+        "model.net: invalid value 'resnet'; expected one of 'lenet', 'simple_cnn' or a class path of a torch.nn.Module",
+    ),
     (
         [PRUNING, "--trainer.callbacks.method", "x"],
         "trainer.callbacks.method: invalid value 'x'; expected one of 'l1_unstructured', 'random_unstructured', "

@@ -27,7 +27,9 @@ SGD = [
     "--trainer.deterministic",
     "true",
 ]
+# the optimizer's lr agrees with max_lr: OneCycleLR sets it (another value is refused, never used)
 ONE_CYCLE = [*SGD, "--model.lr_scheduler", "torch.optim.lr_scheduler.OneCycleLR", "--model.lr_scheduler.max_lr", "0.05"]
+ONE_CYCLE += ["--model.optimizer.lr", "0.05", "--model.optimizer.momentum", "0.95"]  # max_momentum, its start
 STEP_LR = [
     *SGD,
     "--model.lr_scheduler",
