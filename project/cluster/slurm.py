@@ -11,6 +11,11 @@ start a new ``version_N`` and forget the best score. This module closes that gap
 * a start of the same job id (a requeue) finds that run and resumes it in place from its newest checkpoint
   (the preemption checkpoint, or ``last.ckpt`` when it is newer), like ``--ckpt_path RUN``.
 
+A job is not a run: one job may run several fits (a seed loop in one ``sbatch`` script). Each start records its
+fit's key (:func:`fit_key`, a digest of the config as given), and a start resumes only a run of its job with the same
+key, and under SLURM only from an earlier start (a higher ``SLURM_RESTART_COUNT``); any other start of the job is a
+new fit and gets its own run.
+
 The same works for any scheduler that restarts a job's command: set ``PROJECT_JOB_ID`` to an id that stays the
 same across restarts (deploy/kubernetes/train/train.yaml gives every pod the run's name). Such schedulers (and
 ``scancel``) stop a job with SIGTERM rather than SIGUSR1: Lightning then ends fit at the next training step
@@ -21,8 +26,11 @@ so the restarted job resumes from the step it was stopped at, not from the last 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +58,66 @@ def slurm_job() -> str | None:
     if array is not None:
         return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}"
     return os.environ.get("SLURM_JOB_ID")
+
+
+# The key of the fit this process started (fit_key of its config), recorded by SlurmRequeue at setup. A module value
+# because the callback is built from the config after prepare ran; one fit at a time per process (a sweep's trials
+# run one after another, each through prepare).
+_started_fit: str | None = None
+
+
+def fit_key(cfg: Any) -> str:
+    """A digest (16 hex digits) of the fit's config as given: what tells one fit of a job from another. Taken before
+    the seed is drawn (``seed_everything: true`` stays ``true``), without ``ckpt_path`` and the config file names, and
+    without ``trainer.precision`` under ``auto_precision`` (a requeue may land on another kind of node)."""
+    data = cfg.clone().as_dict() if hasattr(cfg, "as_dict") else dict(cfg)
+    for key in ("ckpt_path", "config", "__path__"):
+        data.pop(key, None)
+    trainer = data.get("trainer")
+    if isinstance(trainer, dict) and data.get("auto_precision"):
+        trainer.pop("precision", None)
+    text = json.dumps(data, sort_keys=True, default=_stable_text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _stable_text(value: Any) -> str:
+    """A config value JSON cannot hold (a function, a class, an object) as text that is the same in every process:
+    its import path, not a repr with a memory address."""
+    if hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", str(value))
+
+
+def restart_count() -> int | None:
+    """SLURM's ``SLURM_RESTART_COUNT`` of this start (0 before the first requeue); None outside SLURM."""
+    if not SLURMEnvironment.detect():
+        return None
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
+
+
+def _starts(run: Path) -> list[dict[str, Any]]:
+    try:
+        data = read.read_json(run / layout.SLURM_JOB, what="a run's SLURM record")
+    except UnreadableFile:
+        return []
+    starts = data.get("starts") if isinstance(data, dict) else None
+    return [s for s in starts if isinstance(s, dict)] if isinstance(starts, list) else []
+
+
+def restarts_this_fit(run: Path, key: str) -> bool:
+    """Whether this start continues the fit that ``run`` (a run of this job) holds: its starts were of the same fit
+    key (a run recorded before keys existed counts as the same), and, under SLURM, this start's restart count is
+    higher than theirs (the same count: another fit of the same start of the job, e.g. a loop in one script)."""
+    starts = _starts(run)
+    if any(s.get("fit", key) != key for s in starts):
+        return False
+    count = restart_count()
+    if count is None or not starts:
+        return True
+    return all(isinstance(s.get("restart_count"), int) and s["restart_count"] < count for s in starts)
 
 
 def job_of(run: Path) -> str | None:
@@ -84,12 +152,16 @@ def prepare(cfg: Any) -> None:
     was set explicitly. Every rank reads the same run folders (written by the job's previous start), so all
     agree on the run without talking to each other.
     """
+    global _started_fit
     job = slurm_job()
+    _started_fit = fit_key(cfg) if job is not None else None
     logger = cfg.trainer.logger
     experiment = resume._logger_dir(logger)
     if job is None or experiment is None or cfg.ckpt_path is not None or logger.init_args.version is not None:
         return
-    mine = [r for r in layout.runs_of(experiment) if job_of(r) == job]
+    key = _started_fit
+    assert key is not None
+    mine = [r for r in layout.runs_of(experiment) if job_of(r) == job and restarts_this_fit(r, key)]
     if not mine:
         return
     ckpt = newest_checkpoint(mine[-1])
@@ -155,6 +227,7 @@ def record_start(run: Path) -> None:
         {
             "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or len(data["starts"])),
             "nodes": os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
+            "fit": _started_fit,  # fit_key of this start's config: which fit of the job this run is
         }
     )
     files.write_json(path, data)
