@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 from helpers import results, run_dirs, run_main
 from PIL import Image
 
@@ -42,6 +43,7 @@ def test_cifar100_imports_offline_with_100_fine_labels(tiny_cifar100):
     assert dm.num_classes == 100 and dm.classes == sorted(dm.classes) and len(set(dm.classes)) == 100
 
 
+@pytest.mark.slow  # 10-25 s: SimpleCNN with 100 classes holds 3.3 M parameters
 def test_simple_cnn_gets_100_outputs_and_predict_names_the_classes(tiny_cifar100, tmp_path, monkeypatch):
     """A CIFAR-100 fit through the CLI: the net's last layer is Linear(32*32*32 -> 100); predict, with no data set
     on disk, writes the published fine label names."""
