@@ -3,12 +3,14 @@ the CLI, refused in one line when it cannot be, and imported from a run folder o
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 import uuid
 
 import pytest
 import torch
+import torchvision
 from helpers import results, run_dirs, run_main, tiny_args
 
 from project import evaluate
@@ -127,3 +129,32 @@ def test_a_trust_setting_that_is_not_a_package_name_is_refused(monkeypatch):
     monkeypatch.setenv(TRUST_ENV, "mynets, ../evil")
     with pytest.raises(ConfigError, match=r"PROJECT_TRUSTED_PACKAGES: '\.\./evil' is not a package"):
         trust.trusted_packages()
+
+
+@pytest.mark.slow
+def test_every_command_on_an_own_net_run(own_nets, tiny_mnist, tmp_path, monkeypatch):
+    """A run of the user's net, stopped after epoch 1 and resumed (``--ckpt_path last``), ends with the weights of an
+    uninterrupted 2-epoch run; with its package trusted, predict names the classes and export writes an ONNX file
+    that matches the eager net."""
+    from PIL import Image
+
+    from project import export, predict
+
+    net = ["--model.net", f"{own_nets}.TinyNet", "--trainer.deterministic", "true"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert run_main(tiny_args(tiny_mnist, straight, *net, "--trainer.max_epochs", "2")) == 0
+    assert run_main(tiny_args(tiny_mnist, stopped, *net, "--trainer.max_epochs", "1")) == 0
+    assert run_main(tiny_args(tiny_mnist, stopped, *net, "--trainer.max_epochs", "2", "--ckpt_path", "last")) == 0
+    (a,), (b,) = run_dirs(straight), run_dirs(stopped)
+    weights = [read_checkpoint(r / "checkpoints" / "last.ckpt")["state_dict"] for r in (a, b)]
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert results(b)["test_acc"] == results(a)["test_acc"]
+
+    monkeypatch.setenv(TRUST_ENV, own_nets)
+    Image.new("L", (28, 28), 255).save(tmp_path / "white.png")
+    assert predict.main([str(b), str(tmp_path / "white.png"), "--out", str(tmp_path / "p.csv")]) == 0
+    (row,) = csv.DictReader((tmp_path / "p.csv").open())
+    assert row["label"] == torchvision.datasets.MNIST.classes[int(row["pred"])]  # "3 - three"
+    data = ["--data.data_dir", str(tiny_mnist["data"]), "--repeats", "1"]
+    assert export.main([str(b), *data, "--out", str(tmp_path / "net.onnx")]) == 0
+    assert (tmp_path / "net.onnx").stat().st_size > 4538 * 4  # its 4,538 float32 weights
