@@ -2,7 +2,10 @@
 
 * :func:`atomic_file` / :func:`write_bytes` / :func:`write_text` / :func:`write_json`: a new temporary file
   created exclusively (``O_EXCL``) in the same folder, fsync, atomic rename; a reader sees the old or the new
-  file, never a half-written one, and a link planted at the name is replaced, never followed.
+  file, never a half-written one, and a link planted at the name is replaced, never followed. Given the folder the
+  path lies below (``below``: the folder the user gave), every component under it is opened through directory file
+  descriptors without following links (:func:`open_below`), at each write, so a folder swapped for a link mid-run
+  is caught at the write; a hard-linked target is replaced, never written into.
 * :func:`check_folder`: a folder the user named can be created and written, one ``error:`` line otherwise.
 * :func:`inside`: whether a path read from a file (a checkpoint's state) names a regular file directly in a folder.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +82,38 @@ def inside(folder: str | Path | None, path: Any) -> bool:
     return not path.is_symlink() and path.resolve().parent == real_folder
 
 
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_below(below: str | Path, folder: str | Path, create: bool = True) -> int:
+    """A file descriptor of ``folder``, reached from ``below`` (which it lies in or is) one component at a time, each
+    opened with ``O_NOFOLLOW`` relative to the last (``dir_fd``): a symbolic link at any component under ``below``,
+    or a file where a folder should be, is refused, never followed. ``below`` itself is opened as given (the user's
+    folder may be a link of theirs). Missing components are created (``create``). The caller closes the descriptor.
+
+    Raises:
+        OSError: ``ELOOP``/``ENOTDIR`` for a link or a file at a component; ``ValueError`` when ``folder`` is not
+        below ``below`` or its path climbs with ``..``.
+    """
+    below, folder = Path(below).absolute(), Path(folder).absolute()
+    parts = folder.relative_to(below).parts  # ValueError outside
+    if ".." in parts:
+        raise ValueError(f"{folder} climbs out of {below}")
+    fd = os.open(below, _DIR_FLAGS)
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+            child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def new_file_mode() -> int:
     """The mode ``open()`` gives a new file: ``0o666`` less this process's umask (``0o644`` under the usual 022,
     ``0o600`` under 077), read from ``/proc/self/status`` on Linux, else set and restored at once."""
@@ -91,7 +127,7 @@ def new_file_mode() -> int:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | Path) -> Iterator[Any]:
+def atomic_file(path: str | Path, below: str | Path | None = None) -> Iterator[Any]:
     """A binary file object whose content replaces ``path`` atomically, never through a link, when the block ends.
 
     The bytes go to a new temporary file that :func:`tempfile.mkstemp` creates exclusively (``O_EXCL``: a link
@@ -101,10 +137,19 @@ def atomic_file(path: str | Path) -> Iterator[Any]:
     sees the old or the new file, never a half-written one, even when the process is killed midway. An error in
     the block removes the temporary file and leaves ``path`` as it was.
 
+    With ``below`` (a folder ``path`` lies in: the one the user gave), the folders from there to ``path``'s are opened
+    (and created) through :func:`open_below`, so no component under ``below`` is followed if it is a link, and the
+    temporary file is created and renamed within that directory descriptor.
+
     Raises:
-        OSError: the folder is missing or unwritable, or the disk is full (the temporary file is removed).
+        OSError: the folder is missing or unwritable, a component under ``below`` is a link (``ELOOP``) or a file
+            (``ENOTDIR``), or the disk is full (the temporary file is removed).
     """
     path = Path(path)
+    if below is not None:
+        with _atomic_below(path, below) as f:
+            yield f
+        return
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -119,18 +164,66 @@ def atomic_file(path: str | Path) -> Iterator[Any]:
         raise
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through :func:`atomic_file`; returns ``path``."""
-    with atomic_file(path) as f:
+@contextlib.contextmanager
+def _atomic_below(path: Path, below: str | Path) -> Iterator[Any]:
+    folder_fd = open_below(below, path.parent)
+    try:
+        for _ in range(100):  # a free temporary name, created exclusively and never through a link
+            tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                             dir_fd=folder_fd)  # fmt: skip
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"no free temporary name beside {path}")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+                os.fchmod(f.fileno(), new_file_mode())
+            os.replace(tmp, path.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder_fd)
+            raise
+    finally:
+        os.close(folder_fd)
+
+
+def write_bytes(path: str | Path, data: bytes, below: str | Path | None = None) -> Path:
+    """Write ``data`` to ``path`` through :func:`atomic_file` (with ``below``: no link followed under it); returns
+    ``path``."""
+    with atomic_file(path, below) as f:
         f.write(data)
     return Path(path)
 
 
-def write_text(path: str | Path, text: str) -> Path:
+def write_text(path: str | Path, text: str, below: str | Path | None = None) -> Path:
     """:func:`write_bytes` of ``text`` in UTF-8."""
-    return write_bytes(path, text.encode())
+    return write_bytes(path, text.encode(), below)
 
 
-def write_json(path: Path, data: dict[str, Any]) -> Path:
+def write_json(path: Path, data: dict[str, Any], below: str | Path | None = None) -> Path:
     """Write ``data`` as JSON atomically, never through a link (:func:`write_bytes`); returns ``path``."""
-    return write_text(path, json.dumps(data, indent=2) + "\n")
+    return write_text(path, json.dumps(data, indent=2) + "\n", below)
+
+
+def unlink_below(path: str | Path, below: str | Path) -> None:
+    """Remove the file ``path`` (if there) without following a link at any component under ``below``
+    (:func:`open_below`; a link at the name itself is removed, not what it points to).
+
+    Raises:
+        OSError: a component under ``below`` is a link or a file."""
+    path = Path(path)
+    try:
+        folder_fd = open_below(below, path.parent, create=False)
+    except FileNotFoundError:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.name, dir_fd=folder_fd)
+    finally:
+        os.close(folder_fd)

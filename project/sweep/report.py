@@ -94,8 +94,8 @@ def report(study: optuna.Study, sweep: Any, folder: Path, echo: bool = False) ->
         "plots": [p.name for p in figures],
     }
     text = "\n".join(lines) + "\n"
-    files.write_text(folder / "report.md", text)
-    files.write_json(folder / "report.json", out)
+    files.write_text(folder / "report.md", text, below=folder.parent)  # no link followed at the sweep folder
+    files.write_json(folder / "report.json", out, below=folder.parent)
     if echo:
         print(text, end="")
     return out

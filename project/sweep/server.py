@@ -44,13 +44,19 @@ LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os,
 
 def open_log(path: str | Path) -> int:
     """A file descriptor appending to the trial's log ``path`` (created 0644 if missing), opened only in place: a
-    symbolic link planted at the name is refused (``O_NOFOLLOW``), never followed. Close-on-exec: a child gets it
-    only as its stdout/stderr.
+    symbolic link planted at the name is refused (``O_NOFOLLOW``), never followed, and a hard link (a name shared with
+    another file) is removed and the log started afresh, never appended to. Close-on-exec: a child gets it only as
+    its stdout/stderr.
 
     Raises:
         OSError: the log cannot be opened (``ELOOP`` for a link); :func:`log_problem` words it in one line.
     """
-    return os.open(path, LOG_FLAGS, 0o644)
+    fd = os.open(path, LOG_FLAGS, 0o644)
+    if os.fstat(fd).st_nlink > 1:  # a hard link planted at the name: another file's bytes; replaced, not appended to
+        os.close(fd)
+        os.unlink(path)
+        fd = os.open(path, LOG_FLAGS | os.O_EXCL, 0o644)
+    return fd
 
 
 def log_problem(path: str | Path, error: OSError) -> str:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -18,7 +20,7 @@ import socket
 # bandit B404: a trial runs this program's fit: fixed module, arguments from the sweep
 import subprocess  # nosec B404
 import sys
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -29,7 +31,7 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from project.errors import UnreadableFile
+from project.errors import ConfigError, UnreadableFile
 from project.runs import files, layout, read
 from project.runs.layout import FIT_LOG
 from project.sweep import server as trial_server
@@ -99,7 +101,7 @@ class ReportToStudy(L.Callback):
             if prune:
                 record = {"trial": self.trial.number, "epoch": epoch, self.monitor: value}
                 if self.run is not None:
-                    files.write_json(self.run / layout.PRUNED, record)
+                    write_trial_file(self.run, layout.PRUNED, record)
                 print(f"trial {self.trial.number} pruned after epoch {epoch} ({self.monitor} {value:.4f})", flush=True)
         # All ranks reach this point together; one rank stopping alone would leave the others waiting for it.
         if trainer.strategy.broadcast(prune, src=0):
@@ -205,14 +207,33 @@ def _prepare_run(folder: Path, trial: optuna.Trial, number: int, retried: bool) 
     """
     run = folder / f"version_{number}"
     trial.set_user_attr("run", str(run))
-    info = _read_trial(run) if retried else {}
-    if retried and not (run / layout.CHECKPOINTS / layout.LAST_CKPT).is_file() and run.exists():
-        import shutil
+    with in_place(run):
+        os.close(files.open_below(folder.parent, folder, create=True))  # the sweep folder: no link on the way
+        info = _read_trial(run) if retried else {}
+        if retried and not (run / layout.CHECKPOINTS / layout.LAST_CKPT).is_file() and run.exists():
+            import shutil
 
-        shutil.rmtree(run)  # the dead try left no checkpoint: start the point afresh
-    run.mkdir(parents=True, exist_ok=True)
-    (run / layout.PRUNED).unlink(missing_ok=True)
+            shutil.rmtree(run)  # the dead try left no checkpoint: start the point afresh (refuses a link)
+        os.close(files.open_below(folder.parent, run))
+        files.unlink_below(run / layout.PRUNED, folder.parent)
     return run, info
+
+
+@contextlib.contextmanager
+def in_place(run: Path) -> Iterator[None]:
+    """Turn the refusal of a link (or a file) on the way to a trial's files into one readable error.
+
+    Raises:
+        ConfigError: naming the run folder; a trial's files are written only in place, never through a link."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise ConfigError(
+            f"{run}: a symbolic link or a file stands on the way to this trial's run folder (under "
+            f"{run.parent.parent}); a sweep writes only in place, never through a link: remove it"
+        ) from None
 
 
 def _write_trial_files(
@@ -230,7 +251,8 @@ def _write_trial_files(
     sweep = ctx.sweep
     folds = (fold, sweep.folds) if fold is not None and sweep.folds else None
     config = trial_config(ctx.base, params, seed, str(ctx.folder.parent), sweep.name, number, folds)
-    files.write_text(run / layout.TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False))
+    with in_place(run):
+        files.write_text(run / layout.TRIAL_CONFIG, yaml.safe_dump(config, sort_keys=False), run.parent.parent)
     info.update(
         sweep=sweep.name,
         study=sweep.name,
@@ -242,7 +264,7 @@ def _write_trial_files(
         objective={"metric": sweep.metric, "direction": sweep.direction},
     )
     info["trials"] = [*info.get("trials", []), trial.number]
-    files.write_json(run / layout.TRIAL, info)
+    write_trial_file(run, layout.TRIAL, info)
 
 
 def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any], point: str) -> int:
@@ -273,7 +295,7 @@ def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, 
 
         def started(pid: int) -> None:
             info["pid"] = pid
-            files.write_json(run / layout.TRIAL, info)
+            write_trial_file(run, layout.TRIAL, info)
 
         try:
             returncode = run_fit(
@@ -281,7 +303,7 @@ def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, 
             )
         except TrialFailed as e:  # its log cannot be opened (a planted link): nothing ran
             info.update(state="failed", error=str(e))
-            files.write_json(run / layout.TRIAL, info)
+            write_trial_file(run, layout.TRIAL, info)
             raise TrialFailed(f"trial {trial.number}: {e}") from None
         if returncode >= 0:
             break  # else a signal killed fit while this worker lives: resume it here
@@ -300,7 +322,7 @@ def _outcome(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any],
     if returncode != 0:
         error = scrubbed(_last_error(run / FIT_LOG), ctx.storage_url)
         info.update(state="failed", error=error)
-        files.write_json(run / layout.TRIAL, info)
+        write_trial_file(run, layout.TRIAL, info)
         raise TrialFailed(f"trial {trial.number}: fit exited with {returncode}: {error}")
     results = layout.read_results(run)
     value: Any = results.get(sweep.metric)  # any JSON value; float() only once `finite` says it is a number
@@ -308,7 +330,7 @@ def _outcome(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any],
     pruned = _read_json(run / layout.PRUNED)
     if pruned.get("trial") == trial.number:
         info.update(state="pruned", pruned=pruned, value=float(value) if finite else None)
-        files.write_json(run / layout.TRIAL, info)
+        write_trial_file(run, layout.TRIAL, info)
         raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned['epoch']}")
     if not finite:
         error = (
@@ -316,11 +338,11 @@ def _outcome(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any],
             "(see objective.metric in the sweep file)"
         )
         info.update(state="failed", error=error)
-        files.write_json(run / layout.TRIAL, info)
+        write_trial_file(run, layout.TRIAL, info)
         raise TrialFailed(f"trial {trial.number}: {error}")
     value = float(value)
     info.update(state="complete", value=value)
-    files.write_json(run / layout.TRIAL, info)
+    write_trial_file(run, layout.TRIAL, info)
     print(f"trial {trial.number}: {sweep.metric} {value:.4f}", flush=True)
     return value
 
@@ -384,3 +406,14 @@ def _last_error(log: Path) -> str:
         lines = []
     errors = [line for line in lines if line.startswith("error:")] or [line for line in lines if line.strip()]
     return errors[-1].strip() if errors else "no output"
+
+
+def write_trial_file(run: Path, name: str, data: dict[str, Any]) -> None:
+    """Write a trial's JSON file ``name`` into ``run`` (``<logs>/<sweep>/version_<n>``) atomically, with no link
+    followed under ``<logs>`` (:func:`project.runs.files.open_below`): a folder swapped for a link is caught at the
+    write.
+
+    Raises:
+        ConfigError: a link or a file on the way (:func:`in_place`)."""
+    with in_place(run):
+        files.write_json(run / name, data, run.parent.parent)
