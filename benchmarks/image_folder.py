@@ -15,7 +15,9 @@ its IDX archives, the same machine, side by side::
    (training steps with data loading, per epoch, from ``results.json``) and test accuracy; the table gives the median
    first epoch, the median of the later epochs, and the accuracy as mean ± std (population std) over the seeds.
 
-Writes ``WORK/image_folder.json`` and prints a Markdown table. ``--fit_args`` adds arguments to both fits (one string).
+Writes ``WORK/image_folder.json`` and prints a Markdown table. ``--fit_args`` adds arguments to both fits (one string);
+``--limit N`` writes only the first N images of each split and ``--val_size`` sets both paths' validation images (a
+quick check, as the test does).
 """
 
 from __future__ import annotations
@@ -34,22 +36,23 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_pngs(idx: Path, png: Path) -> float:
-    """Write every image of the imported archives under ``idx`` as a PNG file under ``png``; returns seconds."""
+def write_pngs(idx: Path, png: Path, limit: int | None = None) -> float:
+    """Write every image of the imported archives under ``idx`` (the first ``limit`` of each split, when given) as a
+    PNG file under ``png``; returns seconds."""
     from project.data import FashionMNISTDataModule
 
     start = time.perf_counter()
     dm = FashionMNISTDataModule(data_dir=str(idx))
     dm.setup("fit")
     for split, ds in (("train", dm.train_set), ("test", dm.test_set)):
-        for i, (image, label) in enumerate(zip(ds.data.numpy(), ds.targets.tolist())):
+        for i, (image, label) in enumerate(zip(ds.data[:limit].numpy(), ds.targets[:limit].tolist())):
             folder = png / split / f"class{label}"  # Fashion-MNIST's own names hold a "/" (T-shirt/top)
             folder.mkdir(parents=True, exist_ok=True)
             Image.fromarray(image).save(folder / f"{i:05d}.png")
     return time.perf_counter() - start
 
 
-def decode_times(png: Path) -> tuple[float, float]:
+def decode_times(png: Path, val_size: int) -> tuple[float, float]:
     """Seconds of the folder data module's first run (no cache: list and decode every file) and of a second run
     (read the cache), each ``prepare_data`` + ``setup("fit")``."""
     import shutil
@@ -60,7 +63,7 @@ def decode_times(png: Path) -> tuple[float, float]:
     times = []
     for _ in range(2):
         start = time.perf_counter()
-        dm = ImageFolderDataModule(data_dir=str(png), channels=1, image_size=28, val_size=5000)
+        dm = ImageFolderDataModule(data_dir=str(png), channels=1, image_size=28, val_size=val_size)
         dm.prepare_data()
         dm.setup("fit")
         times.append(time.perf_counter() - start)
@@ -87,19 +90,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", required=True, help="folder for the PNG files, the imported archives and the runs")
     parser.add_argument("--seeds", type=int, default=3, help="fits per path (seeds 1..N)")
     parser.add_argument("--fit_args", default="", help="more arguments for both fits, as one string")
+    parser.add_argument("--val_size", type=int, default=5000, help="validation images of both paths")
+    parser.add_argument("--limit", type=int, default=None, help="write only the first N images of each split")
     args = parser.parse_args(argv)
     from project.data import FashionMNISTDataModule
 
     work = Path(args.work)
     idx, png = work / "idx", work / "png"
     FashionMNISTDataModule(data_dir=str(idx), source_dir=args.source_dir).prepare_data()
-    write_s = write_pngs(idx, png) if not (png / "test").is_dir() else None
-    first_s, cached_s = decode_times(png)
+    write_s = write_pngs(idx, png, args.limit) if not (png / "test").is_dir() else None
+    first_s, cached_s = decode_times(png, args.val_size)
     paths = {
-        "IDX archives": ["--data.data_dir", str(idx)],
+        "IDX archives": ["--data.data_dir", str(idx), "--data.val_size", str(args.val_size)],
         "PNG folder": [
             *("--data", "project.data.ImageFolderDataModule", "--data.data_dir", str(png)),
-            *("--data.channels", "1", "--data.image_size", "28", "--data.val_size", "5000"),
+            *("--data.channels", "1", "--data.image_size", "28", "--data.val_size", str(args.val_size)),
         ],
     }
     runs: dict[str, list[dict]] = {name: [] for name in paths}
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     (work / "image_folder.json").write_text(json.dumps(out, indent=2))
     idx_time = rows["IDX archives"]["epoch_time_s"]
     print(f"PNG files written in {write_s:.1f} s" if write_s is not None else "PNG files already there")
-    print(f"folder data module: first run (decode 70,000 files) {first_s:.1f} s, next run (cache) {cached_s:.2f} s\n")
+    print(f"folder data module: first run (decode every file) {first_s:.1f} s, next run (cache) {cached_s:.2f} s\n")
     print("| path | first epoch s | later epochs s (median) | × IDX | test acc (mean ± std) | each run | precision |")
     print("|---|---|---|---|---|---|---|")
     for name, row in rows.items():
