@@ -97,9 +97,16 @@ def assert_same_run(a: Path, b: Path) -> None:
         assert rb[key] == ra[key], key
 
 
+# Mid-epoch, every loader (each holds its own position inside an epoch: batches drawn, worker iterators); at an
+# epoch's end the two ways an epoch's order is drawn (the in-memory batches, the DataLoader's sampler, which all the
+# worker settings share), not the worker settings again.
+RESUME_POINTS = [(14, loader) for loader in LOADERS] + [(10, "in_memory"), (10, "workers_0")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("loader", list(LOADERS))
-@pytest.mark.parametrize("step", [14, 10], ids=["mid_epoch", "epoch_end"])
+@pytest.mark.parametrize(
+    ("step", "loader"), RESUME_POINTS, ids=[f"{'mid_epoch' if s == 14 else 'epoch_end'}-{x}" for s, x in RESUME_POINTS]
+)
 def test_resume_from_any_step_ends_with_the_uninterrupted_weights(
     loader, step, uninterrupted, tiny_mnist, tmp_path, monkeypatch
 ):
