@@ -89,7 +89,8 @@ def open_below(below: str | Path, folder: str | Path, create: bool = True) -> in
     """A file descriptor of ``folder``, reached from ``below`` (which it lies in or is) one component at a time, each
     opened with ``O_NOFOLLOW`` relative to the last (``dir_fd``): a symbolic link at any component under ``below``,
     or a file where a folder should be, is refused, never followed. ``below`` itself is opened as given (the user's
-    folder may be a link of theirs). Missing components are created (``create``). The caller closes the descriptor.
+    folder may be a link of theirs). Missing components, ``below`` too, are created (``create``). The caller closes
+    the descriptor.
 
     Raises:
         OSError: ``ELOOP``/``ENOTDIR`` for a link or a file at a component; ``ValueError`` when ``folder`` is not
@@ -99,6 +100,8 @@ def open_below(below: str | Path, folder: str | Path, create: bool = True) -> in
     parts = folder.relative_to(below).parts  # ValueError outside
     if ".." in parts:
         raise ValueError(f"{folder} climbs out of {below}")
+    if create:
+        below.mkdir(parents=True, exist_ok=True)  # the folder the user gave, as given (e.g. logs/ before a first run)
     fd = os.open(below, _DIR_FLAGS)
     try:
         for part in parts:

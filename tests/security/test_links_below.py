@@ -108,3 +108,11 @@ def test_a_hard_link_at_a_trials_log_is_replaced_never_appended_to(tmp_path):
     finally:
         os.close(fd)
     assert log.read_text() == "fit output\nagain\n"
+
+
+def test_the_given_folder_is_created_when_missing(tmp_path):
+    """A sweep whose study lives elsewhere (PostgreSQL) starts before the logs folder exists: it is created."""
+    logs = tmp_path / "new" / "logs"
+    trial = optuna.create_study().ask()
+    run, info = sweep_trial._prepare_run(logs / "sweep", trial, 0, retried=False)
+    assert run.is_dir() and info == {} and run == logs / "sweep" / "version_0"
