@@ -235,8 +235,7 @@ def build_net(net: NetSpec, num_classes: int = 10, widths: dict[str, Any] | None
 
 def widths_of(net: nn.Module) -> dict[str, list[int]] | None:
     """A recipe net's current layer widths (:meth:`LeNet.widths`, :meth:`SimpleCNN.widths`); None for your own."""
-    widths = getattr(net, "widths", None)
-    return widths() if isinstance(net, SimpleCNN | LeNet) and callable(widths) else None
+    return net.widths() if isinstance(net, SimpleCNN | LeNet) else None
 
 
 def net_input_shape(net: NetSpec, input_shape: Sequence[int] | None = None) -> tuple[int, int, int]:

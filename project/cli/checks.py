@@ -471,13 +471,13 @@ def check_no_twins(cfg: Any, twins: dict[str, type]) -> None:
             )
 
 
-def _written(args: Any, key: str, cls: Any) -> Any:
-    """``args[key]`` when it differs from the class's default for it (so the user or a config wrote it), else None."""
-    value = args.get(key) if args is not None else None
-    try:
-        default = inspect.signature(cls).parameters[key].default
-    except (KeyError, TypeError, ValueError):
-        return value
+def _written(args: Any, key: str, params: Any, first: bool = False) -> Any:
+    """The optimizer's ``args[key]`` (its first element, with ``first``: Adam's ``betas[0]``) when it differs from the
+    class's default (``params``: its signature's parameters), so the user or a config wrote it; else None."""
+    value, default = args.get(key), getattr(params.get(key), "default", None)
+    if first:
+        value = value[0] if isinstance(value, list | tuple) and value else None
+        default = default[0] if isinstance(default, tuple) else None
     return None if value is None or value == default else value
 
 
@@ -497,7 +497,8 @@ def check_scheduler_shadows(cfg: Any) -> None:
     if opt_cls is None:
         return
     s_args, o_args = sched.get("init_args") or {}, opt.get("init_args") or {}
-    max_lr, lr = s_args.get("max_lr"), _written(o_args, "lr", opt_cls)
+    params = inspect.signature(opt_cls).parameters
+    max_lr, lr = s_args.get("max_lr"), _written(o_args, "lr", params)
     if lr is not None and isinstance(max_lr, int | float) and not math.isclose(lr, max_lr, rel_tol=1e-9):
         raise ConfigError(
             f"model.optimizer.lr: {lr} is never used: OneCycleLR sets every step's learning rate from "
@@ -507,19 +508,16 @@ def check_scheduler_shadows(cfg: Any) -> None:
     if not s_args.get("cycle_momentum", True):
         return
     top, low = s_args.get("max_momentum", 0.95), s_args.get("base_momentum", 0.85)
-    for key, momentum in (
-        ("momentum", _written(o_args, "momentum", opt_cls)),
-        ("betas", _written(o_args, "betas", opt_cls)),
+    # SGD's and RMSprop's momentum, or Adam's first beta (a changed second beta alone: OneCycleLR leaves it)
+    for what, momentum in (
+        ("model.optimizer.momentum", _written(o_args, "momentum", params)),
+        ("model.optimizer.betas[0]", _written(o_args, "betas", params, first=True)),
     ):
-        first = momentum[0] if key == "betas" and isinstance(momentum, list | tuple) else momentum
-        if key == "betas" and first is not None and first == inspect.signature(opt_cls).parameters["betas"].default[0]:
-            continue  # only the second beta was changed; OneCycleLR leaves it
-        if isinstance(first, int | float) and not math.isclose(first, top, rel_tol=1e-9):
-            what = f"model.optimizer.{key}" + ("[0]" if key == "betas" else "")
+        if isinstance(momentum, int | float) and not math.isclose(momentum, top, rel_tol=1e-9):
             raise ConfigError(
-                f"{what}: {first} is never used: OneCycleLR (cycle_momentum true) moves it from "
+                f"{what}: {momentum} is never used: OneCycleLR (cycle_momentum true) moves it from "
                 f"model.lr_scheduler.max_momentum ({top}) to base_momentum ({low}) and back; set those, write "
-                f"{top} here (its start), or --model.lr_scheduler.cycle_momentum false to keep {first}"
+                f"{top} here (its start), or --model.lr_scheduler.cycle_momentum false to keep {momentum}"
             )
 
 

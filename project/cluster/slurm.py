@@ -98,20 +98,22 @@ def restart_count() -> int | None:
         return 0
 
 
-def _starts(run: Path) -> list[dict[str, Any]]:
+def _record(run: Path) -> dict[str, Any]:
+    """The run's ``slurm_job.json`` (job id and starts), read once; ``{}`` when missing, unreadable or not a mapping."""
     try:
         data = read.read_json(run / layout.SLURM_JOB, what="a run's SLURM record")
     except UnreadableFile:
-        return []
-    starts = data.get("starts") if isinstance(data, dict) else None
-    return [s for s in starts if isinstance(s, dict)] if isinstance(starts, list) else []
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def restarts_this_fit(run: Path, key: str) -> bool:
-    """Whether this start continues the fit that ``run`` (a run of this job) holds: its starts were of the same fit
-    key (a run recorded before keys existed counts as the same), and, under SLURM, this start's restart count is
-    higher than theirs (the same count: another fit of the same start of the job, e.g. a loop in one script)."""
-    starts = _starts(run)
+def restarts_this_fit(record: dict[str, Any], key: str) -> bool:
+    """Whether this start continues the fit that a run of this job holds (``record``: its :func:`_record`): its starts
+    were of the same fit key (a run recorded before keys existed counts as the same), and, under SLURM, this start's
+    restart count is higher than theirs (the same count: another fit of the same start of the job, e.g. a loop in
+    one script)."""
+    starts = record.get("starts")
+    starts = [s for s in starts if isinstance(s, dict)] if isinstance(starts, list) else []
     if any(s.get("fit", key) != key for s in starts):
         return False
     count = restart_count()
@@ -120,13 +122,11 @@ def restarts_this_fit(run: Path, key: str) -> bool:
     return all(isinstance(s.get("restart_count"), int) and s["restart_count"] < count for s in starts)
 
 
-def job_of(run: Path) -> str | None:
-    """The SLURM job id recorded in a run folder, or None (not written by a SLURM job, or unreadable)."""
-    try:
-        data = read.read_json(run / layout.SLURM_JOB, what="a run's SLURM record")
-    except UnreadableFile:
-        return None
-    return str(data.get("job")) if isinstance(data, dict) and data.get("job") is not None else None
+def job_of(run: Path, record: dict[str, Any] | None = None) -> str | None:
+    """The SLURM job id recorded in a run folder (in ``record``, its :func:`_record`, when already read), or None
+    (not written by a SLURM job, or unreadable)."""
+    data = _record(run) if record is None else record
+    return str(data.get("job")) if data.get("job") is not None else None
 
 
 def next_preemption_checkpoint(folder: Path) -> Path:
@@ -161,7 +161,8 @@ def prepare(cfg: Any) -> None:
         return
     key = _started_fit
     assert key is not None
-    mine = [r for r in layout.runs_of(experiment) if job_of(r) == job and restarts_this_fit(r, key)]
+    records = {run: _record(run) for run in layout.runs_of(experiment)}
+    mine = [run for run, rec in records.items() if job_of(run, rec) == job and restarts_this_fit(rec, key)]
     if not mine:
         return
     ckpt = newest_checkpoint(mine[-1])
@@ -217,12 +218,8 @@ def record_start(run: Path) -> None:
     job = slurm_job()
     if job is None:
         return
-    path = run / layout.SLURM_JOB
-    try:
-        data = read.read_json(path, what="a run's SLURM record") if path.is_file() else {}
-    except UnreadableFile:
-        data = {}
-    data = data if isinstance(data, dict) and data.get("job") == job else {"job": job, "starts": []}
+    data = _record(run)
+    data = data if data.get("job") == job else {"job": job, "starts": []}
     data["starts"].append(
         {
             "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or len(data["starts"])),
@@ -230,7 +227,7 @@ def record_start(run: Path) -> None:
             "fit": _started_fit,  # fit_key of this start's config: which fit of the job this run is
         }
     )
-    files.write_json(path, data)
+    files.write_json(run / layout.SLURM_JOB, data)
 
 
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "JSM_NAMESPACE_RANK")
