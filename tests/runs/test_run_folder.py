@@ -82,8 +82,8 @@ def test_claim_run_skips_files_and_never_takes_a_folder_that_holds_a_run(tmp_pat
 
 @pytest.mark.slow
 def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp_path):
-    """4 fits started at once on one save_dir, 2 rounds: 8 folders, each holding exactly one run (its own
-    config, results of its own seed, one last.ckpt)."""
+    """3 fits started at once on one save_dir, then 2 more while those folders exist: 5 folders, each holding
+    exactly one run (its own config, results of its own seed, one last.ckpt)."""
     logs = tmp_path / "logs"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     base = [
@@ -104,10 +104,10 @@ def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp
         "--trainer.logger.init_args.save_dir",
         str(logs),
     ]
-    seeds = iter(range(11, 19))
-    for _ in range(2):
+    seeds = iter(range(11, 16))
+    for at_once in (3, 2):
         procs = []
-        for _ in range(4):
+        for _ in range(at_once):
             args = [*base, "--seed_everything", str(next(seeds))]
             procs.append(
                 subprocess.Popen(
@@ -123,7 +123,7 @@ def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp
             _, err = p.communicate(timeout=600)
             assert p.returncode == 0, err[-2000:]
     folders = run_dirs(logs)
-    assert len(folders) == 8
+    assert len(folders) == 5
     seen = set()
     for run in folders:
         files = sorted(p.name for p in run.iterdir() if p.is_file() and not p.name.startswith("events."))
@@ -133,7 +133,7 @@ def test_concurrent_fits_on_one_experiment_get_one_folder_each(fashion_data, tmp
         assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "last.ckpt"
         assert len(list((run / "checkpoints").glob("last*.ckpt"))) == 1
         seen.add(seed)
-    assert seen == set(range(11, 19))
+    assert seen == set(range(11, 16))
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import uuid
 
 import optuna
 import pytest
-from helpers import REPO, SMOKE, pruned_at_once, run_sweep, study_of, tensorboard_hparams, write_sweep
+from helpers import REPO, SMOKE, run_sweep, study_of, write_sweep
 
 from project import summarize
 from project.errors import ConfigError
@@ -206,7 +206,9 @@ def test_report_groups_completed_trials_and_plots_with_summarize(tmp_path):
 
 @pytest.mark.slow
 def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashion_data, tmp_path):
-    """kill -9 of the worker in trial 0's second epoch; the rerun finishes 1-3, retries 0 from its last.ckpt."""
+    """kill -9 of the worker in trial 0's second epoch; the rerun, two workers, finishes 1-3 and retries 0 from its
+    last.ckpt: each point once (none twice, though both workers find trial 0's heartbeat stale), both workers take
+    trials, every trial a run folder of its own."""
     spec = write_sweep(tmp_path)
     args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--trainer.callbacks+=helpers.SleepAtEpoch"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
@@ -233,12 +235,15 @@ def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashio
         time.sleep(0.1)
     else:
         pytest.fail(f"fit process {fit_pid} outlived its killed worker")
-    proc = run_sweep(args, tmp_path, PYTHONPATH=env["PYTHONPATH"])
+    proc = run_sweep([*args, "--workers", "2"], tmp_path, PYTHONPATH=env["PYTHONPATH"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     storage = f"sqlite:///{folder / 'study.db'}"
     study = study_of("smoke", storage)
     points = finished_points(study)
     assert sorted(points) == sorted(POINTS)  # exactly 4 finished trials, none duplicated
+    rerun = [t for t in ran(study) if t.number > 0]
+    assert len(rerun) == 4 and len({t.user_attrs["run"] for t in rerun}) == 4
+    assert len({t.user_attrs["worker"] for t in rerun}) == 2  # both workers took trials
     states = {t.number: t.state for t in study.get_trials()}
     assert states[0] == optuna.trial.TrialState.FAIL  # the killed trial, failed by its stale heartbeat ...
     (retry,) = [t for t in study.get_trials() if t.system_attrs.get("failed_trial") == 0]
@@ -261,40 +266,19 @@ def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashio
     assert summarize.main([str(folder)]) == 0  # the run-folder commands take trials
 
 
-def _two_workers(fashion_data, tmp_path, storage: str | None, name: str = "smoke"):
+@pytest.mark.slow
+@pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set PROJECT_TEST_POSTGRES_URL (.ci/run starts one)")
+def test_two_workers_share_a_postgresql_study(fashion_data, tmp_path):
+    """Two workers on one PostgreSQL study (two on SQLite: the killed-worker test's rerun)."""
+    name = f"smoke_{uuid.uuid4().hex[:8]}"
     spec = write_sweep(tmp_path, name=name)
-    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--workers", "2"]
-    proc = run_sweep([*args, *(["--storage", storage] if storage else [])], tmp_path)
+    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--workers", "2", "--storage", POSTGRES]
+    proc = run_sweep(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = tmp_path / "logs" / name
-    study = study_of(name, storage or f"sqlite:///{folder / 'study.db'}")
+    study = study_of(name, POSTGRES)
     assert sorted(finished_points(study)) == sorted(POINTS)  # no point twice, none left out
     trials = ran(study)
     assert len(trials) == 4 and len({t.user_attrs["run"] for t in trials}) == 4
     assert len({t.user_attrs["worker"] for t in trials}) == 2  # both workers took trials
+    folder = tmp_path / "logs" / name
     assert sorted(p.name for p in folder.glob("version_*")) == [f"version_{t.number}" for t in trials]
-
-
-@pytest.mark.slow
-def test_two_workers_split_the_trials_without_overlap(fashion_data, tmp_path):
-    _two_workers(fashion_data, tmp_path, storage=None)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set PROJECT_TEST_POSTGRES_URL (.ci/run starts one)")
-def test_two_workers_share_a_postgresql_study(fashion_data, tmp_path):
-    _two_workers(fashion_data, tmp_path, storage=POSTGRES, name=f"smoke_{uuid.uuid4().hex[:8]}")
-
-
-@pytest.mark.slow
-def test_a_bad_trial_is_pruned_in_the_study_and_its_run_folder(fashion_data, tmp_path):
-    spec = write_sweep(
-        tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.01]}, pruner={"threshold": {"lower": 2.0}}
-    )  # val/acc < 2: prune at once
-    proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = pruned_at_once(tmp_path)
-    assert json.loads((run / "pruned.json").read_text())["epoch"] == 0
-    assert json.loads((run / "results.json").read_text())["epochs"] == 1  # stopped after the first epoch
-    hparams = tensorboard_hparams(run)  # HPARAMS compares trials by what the sweep varied
-    assert hparams["trial"] == 0 and hparams["model.optimizer.init_args.lr"] == 0.01

@@ -1,6 +1,7 @@
-"""Every trial outcome ends in a known state with one line: a DDP trial pruned on all its ranks, an objective the
-base experiment never measures (refused up front), one a trial did not produce (failed with one line), and the
-trials' warm processes (forked from the worker's trial server) giving the results of the same fit run alone."""
+"""Every trial outcome ends in a known state with one line: a bad trial pruned (also a DDP trial, on all its ranks),
+an objective the base experiment never measures (refused up front), one a trial did not produce (failed with one
+line), and the trials' warm processes (forked from the worker's trial server) giving the results of the same fit
+run alone."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 
 import optuna
 import pytest
-from helpers import REPO, pruned_at_once, run_sweep, study_of, write_sweep
+from helpers import REPO, pruned_at_once, run_sweep, study_of, tensorboard_hparams, write_sweep
 
 from project.sweep import study as sweep_study
 
@@ -37,19 +38,36 @@ def test_an_objective_the_base_never_measures_is_refused_up_front(override, why,
 
 
 @pytest.mark.slow
-def test_a_trial_without_its_objective_fails_with_one_line(fashion_data, tmp_path):
-    """Validation switched off by a swept key (the up-front check sees only the base): best_val_acc is null."""
-    spec = write_sweep(tmp_path, seeds=[1], space={"trainer.limit_val_batches": [0]})
+def test_a_bad_trial_is_pruned_and_one_without_its_objective_fails_with_one_line(fashion_data, tmp_path):
+    """One sweep of two trials under a pruner that prunes any value reported (val/acc < 2). The trial that validates
+    is pruned after epoch 0, in the study and in its run folder (stopped, then tested). The one whose validation a
+    swept key switched off (the up-front check sees only the base) reports nothing: best_val_acc is null, and the
+    trial fails with one line."""
+    spec = write_sweep(
+        tmp_path, seeds=[1], space={"trainer.limit_val_batches": [2, 0]}, pruner={"threshold": {"lower": 2.0}}
+    )
     proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     folder = tmp_path / "logs" / "smoke"
-    (trial,) = study_of("smoke", f"sqlite:///{folder / 'study.db'}").get_trials()
-    assert trial.state == optuna.trial.TrialState.FAIL
-    info = json.loads((folder / "version_0" / "trial.json").read_text())
+    trials = {
+        t.params["trainer.limit_val_batches"]: t
+        for t in study_of("smoke", f"sqlite:///{folder / 'study.db'}").get_trials()
+    }
+    assert sorted(trials) == [0, 2]
+    pruned, failed = trials[2], trials[0]
+    assert pruned.state == optuna.trial.TrialState.PRUNED and list(pruned.intermediate_values) == [0]
+    run = folder / f"version_{pruned.number}"
+    assert json.loads((run / "trial.json").read_text())["state"] == "pruned"
+    assert json.loads((run / "pruned.json").read_text())["epoch"] == 0
+    assert json.loads((run / "results.json").read_text())["epochs"] == 1  # stopped after the first epoch
+    hparams = tensorboard_hparams(run)  # HPARAMS compares trials by what the sweep varied
+    assert hparams["trial"] == pruned.number and hparams["trainer.limit_val_batches"] == 2
+    assert failed.state == optuna.trial.TrialState.FAIL
+    info = json.loads((folder / f"version_{failed.number}" / "trial.json").read_text())
     assert info["state"] == "failed" and info["error"].startswith("objective best_val_acc is null in ")
     (line,) = [line for line in proc.stderr.splitlines() if "objective best_val_acc is null" in line]
-    assert line.startswith("[W") and "Trial 0 failed" in line
+    assert line.startswith("[W") and f"Trial {failed.number} failed" in line
 
 
 @pytest.mark.slow
