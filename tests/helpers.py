@@ -216,6 +216,19 @@ class ProcessTree(Callback):
         (Path(trainer.logger.log_dir) / "process.json").write_text(json.dumps(tree))
 
 
+def namespace_init(unshare: int, program: bytes) -> int:
+    """The host pid of the process ``unshare --fork`` started, PID 1 of the new PID namespace, once it runs
+    ``program`` (right after the fork it is still a copy of unshare)."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        for child in Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].endswith(program):
+                    return int(child)
+        time.sleep(0.01)
+    raise AssertionError(f"unshare started no {program!r}")
+
+
 def tensorboard_hparams(run) -> dict:
     """The hyper-parameters as TensorBoard's HPARAMS tab reads them from the run's event files."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

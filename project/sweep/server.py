@@ -129,7 +129,10 @@ def _serve(sock: socket.socket) -> None:
     """The server's loop: one request at a time; reply with the child's pid, then with its exit status."""
     code = 0
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker and the trial; they decide
+        # Ctrl-C, and a SIGTERM sent to the whole process group (scancel), reach the worker and the trial; they
+        # decide (the worker forwards its SIGTERM to the trial and ends once the trial has saved)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         die_with_parent()
         # Python's recipe for fork without exec: the collector of a child then never writes to the objects it
         # shares with the server (each write would copy a page)
@@ -157,6 +160,7 @@ def _child(args: list[str], env: dict[str, str], log: str) -> None:
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a new process has it: Lightning then handles SIGTERM
         die_with_parent()
         null = os.open(os.devnull, os.O_RDONLY)
         try:

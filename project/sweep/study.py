@@ -57,12 +57,7 @@ from project.sweep import server as trial_server
 from project.sweep.config import check_folds, check_objective, key_path, resolve_base
 from project.sweep.file import Sweep, load_sweep, make_pruner
 from project.sweep.storage import default_storage, expand_user, open_storage, scrubbed, shown, stable
-from project.sweep.trial import (
-    Context,
-    Surplus,
-    TrialFailed,
-    run_trial,
-)
+from project.sweep.trial import SIGTERM_STATUS, Context, Surplus, TrialFailed, run_trial, stop_on_sigterm
 
 
 def sweep_folder(sweep: Sweep, base: dict[str, Any]) -> Path:
@@ -138,6 +133,8 @@ def work(ctx: Context) -> None:
     # Ctrl-C stops this worker as a crash would: its trial stays RUNNING, turns stale and is retried (resumed)
     # by the next run. Optuna would otherwise record it as failed, and failed points are not rerun.
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    # SIGTERM (docker stop, a pod's deletion): the running trial saves a checkpoint first, then the same
+    signal.signal(signal.SIGTERM, lambda *_: stop_on_sigterm(ctx))
     study = load_or_create_study(ctx, create=False)
     sweep = ctx.sweep
     points = math.ceil(sweep.total() / len(sweep.repeats()))
@@ -251,9 +248,19 @@ def main(argv: list[str] | None = None) -> int:
         from project.data.workers import die_with_parent
 
         me = [sys.executable, "-m", "project.sweep", *_without_workers(argv), "--workers", "1", "--worker_only"]
+        procs: list[subprocess.Popen] = []
+
+        def forward(*_: object) -> None:  # a SIGTERM goes on to every worker; each ends once its trial has saved
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, forward)
         # bandit B603: this program's own workers, fixed arguments, no shell
-        procs = [subprocess.Popen(me, preexec_fn=die_with_parent) for _ in range(ns.workers)]  # nosec B603
-        status = 1 if any(p.wait() != 0 for p in procs) else 0
+        procs += [subprocess.Popen(me, preexec_fn=die_with_parent) for _ in range(ns.workers)]  # nosec B603
+        codes = [p.wait() for p in procs]
+        if SIGTERM_STATUS in codes or -signal.SIGTERM in codes:
+            return SIGTERM_STATUS
+        status = 1 if any(codes) else 0
     if not ns.worker_only:
         sweep_report.report(study, ctx.sweep, folder, echo=True)
     return status

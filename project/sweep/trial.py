@@ -1,9 +1,11 @@
 """One sweep trial: a ``python -m project.fit`` run in its run folder, and how it ends.
 
 * :func:`run_trial` (the study's objective) writes the trial's config and ``trial.json``, runs fit
-  (:func:`run_fit`: warm from the worker's :mod:`project.sweep.server`, else a subprocess), resumes it from
-  ``last.ckpt`` after a retry or a signal, and turns the run into the trial's outcome: complete (the objective from
-  ``results.json``), pruned, or failed with one line (:class:`TrialFailed`).
+  (:func:`run_fit`: warm from the worker's :mod:`project.sweep.server`, else a subprocess), resumes it from its
+  newest checkpoint after a retry or a signal, and turns the run into the trial's outcome: complete (the objective
+  from ``results.json``), pruned, or failed with one line (:class:`TrialFailed`).
+* :func:`stop_on_sigterm`, the worker's SIGTERM handler: the running trial saves a checkpoint at its current step
+  and the worker ends, leaving the trial to be retried (resumed from that checkpoint) by the next worker.
 * :class:`ReportToStudy`, the callback every trial's fit runs with: reports each epoch to the trial and stops the
   run when the study's pruner says so.
 """
@@ -15,6 +17,7 @@ import errno
 import json
 import math
 import os
+import signal
 import socket
 
 # bandit B404: a trial runs this program's fit: fixed module, arguments from the sweep
@@ -31,6 +34,7 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from project.cluster.slurm import JOB_ID_VAR, newest_checkpoint
 from project.errors import ConfigError, UnreadableFile
 from project.runs import files, layout, read
 from project.runs.layout import FIT_LOG
@@ -154,13 +158,35 @@ class Context:
     folder: Path
     extra: list[str]
     server: trial_server.TrialServer | None = None  # warm trial processes (None: subprocesses)
+    fit_pid: int | None = None  # the running trial's fit process
+    stopping: bool = False  # a SIGTERM came: end once the running trial has saved
+
+
+SIGTERM_STATUS = 128 + signal.SIGTERM  # 143, as a shell reports a process ended by SIGTERM
+
+
+def stop_on_sigterm(ctx: Context) -> None:
+    """The worker's SIGTERM handler (``docker stop``, a pod's deletion, ``scancel``: through the image's tini).
+
+    The running trial's fit gets the SIGTERM too: Lightning stops it after its current training step and it saves
+    ``hpc_ckpt_<k>.ckpt`` in its run folder (:class:`project.cluster.SlurmRequeue`); then the worker ends with
+    :data:`SIGTERM_STATUS` (:func:`_fit_resuming`). Its trial stays running in the study, as after a crash: its
+    heartbeat goes stale and the next worker retries it, resuming the run from that checkpoint. With no trial's fit
+    running the worker ends at once. (Left to the default action, the worker would die at once and the kernel would
+    kill its trial with it, ``PR_SET_PDEATHSIG``, before any checkpoint.)
+    """
+    ctx.stopping = True
+    if ctx.fit_pid is None:
+        os._exit(SIGTERM_STATUS)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(ctx.fit_pid, signal.SIGTERM)
 
 
 def run_trial(ctx: Context, study: optuna.Study, trial: optuna.Trial) -> float:
     """The objective: one ``python -m project.fit`` process (:func:`run_fit`) in the trial's run folder.
 
-    A retried trial (its worker died) continues the first try's run folder from its ``last.ckpt``. A fit
-    killed by a signal while this worker lives is resumed the same way, up to ``max_retry`` times.
+    A retried trial (its worker died or was stopped) continues the first try's run folder from its newest
+    checkpoint. A fit killed by a signal while this worker lives is resumed the same way, up to ``max_retry`` times.
 
     Raises:
         Surplus: a grid trial that did not come from the queue (nothing is run).
@@ -202,15 +228,16 @@ def _prepare_run(folder: Path, trial: optuna.Trial, number: int, retried: bool) 
     """The trial's run folder ``<folder>/version_<number>``, created, and its ``trial.json`` so far (``{}`` unless
     ``retried``).
 
-    A ``retried`` trial continues the first try's folder when that try left a ``last.ckpt``; else the folder is
-    removed and the point starts afresh. A ``pruned.json`` left by an earlier try is removed.
+    A ``retried`` trial continues the first try's folder when that try left a checkpoint (``last.ckpt``, or the
+    ``hpc_ckpt_<k>.ckpt`` a SIGTERM saves); else the folder is removed and the point starts afresh. A
+    ``pruned.json`` left by an earlier try is removed.
     """
     run = folder / f"version_{number}"
     trial.set_user_attr("run", str(run))
     with in_place(run):
         os.close(files.open_below(folder.parent, folder, create=True))  # the sweep folder: no link on the way
         info = _read_trial(run) if retried else {}
-        if retried and not (run / layout.CHECKPOINTS / layout.LAST_CKPT).is_file() and run.exists():
+        if retried and newest_checkpoint(run) is None and run.exists():
             import shutil
 
             shutil.rmtree(run)  # the dead try left no checkpoint: start the point afresh (refuses a link)
@@ -268,9 +295,10 @@ def _write_trial_files(
 
 
 def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any], point: str) -> int:
-    """Run the trial's fit in ``run`` (:func:`run_fit`, resumed from ``last.ckpt`` when there is one), again while
-    a signal killed it, at most ``max_retry + 1`` times; returns fit's last exit status. ``info`` (the trial's
+    """Run the trial's fit in ``run`` (:func:`run_fit`, resumed from its newest checkpoint when there is one), again
+    while a signal killed it, at most ``max_retry + 1`` times; returns fit's last exit status. ``info`` (the trial's
     ``trial.json``) gets the worker, whether it resumed and fit's pid; ``point`` (the params, seed and fold) is printed.
+    After a SIGTERM to the worker (:func:`stop_on_sigterm`) the worker ends here once fit has saved and exited.
 
     Raises:
         TrialFailed: the trial's log cannot be opened (nothing ran; recorded in ``trial.json``).
@@ -283,19 +311,22 @@ def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, 
         ENV_TRIAL: str(trial.number),
         ENV_PRUNER: json.dumps(sweep.pruner),
         "PYTHONUNBUFFERED": "1",
+        # a job id (the scheduler's, else the trial's own) makes fit save a checkpoint when SIGTERM stops it
+        JOB_ID_VAR: os.environ.get(JOB_ID_VAR) or f"{sweep.name}-trial-{trial.number}",
     }
     info["worker"] = f"{socket.gethostname()}:{os.getpid()}"
     trial.set_user_attr("worker", info["worker"])
-    ckpt = run / layout.CHECKPOINTS / layout.LAST_CKPT
     for _ in range(sweep.max_retry + 1):
-        resume = ["--ckpt_path", str(ckpt)] if ckpt.is_file() else []
+        ckpt = newest_checkpoint(run)
+        resume = ["--ckpt_path", str(ckpt)] if ckpt is not None else []
         info["resumed"] = info.get("resumed", False) or bool(resume)
-        note = f" (resumed from {layout.LAST_CKPT})" if resume else ""
+        note = f" (resumed from {ckpt.name})" if ckpt is not None else ""
         print(f"trial {trial.number}: {run} {point}{note}", flush=True)
 
         def started(pid: int) -> None:
             info["pid"] = pid
             write_trial_file(run, layout.TRIAL, info)
+            ctx.fit_pid = pid
 
         try:
             returncode = run_fit(
@@ -305,6 +336,13 @@ def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, 
             info.update(state="failed", error=str(e))
             write_trial_file(run, layout.TRIAL, info)
             raise TrialFailed(f"trial {trial.number}: {e}") from None
+        finally:
+            ctx.fit_pid = None
+        if ctx.stopping:
+            saved = newest_checkpoint(run)
+            print(f"trial {trial.number}: stopped by SIGTERM; the next worker resumes it from "
+                  f"{saved if saved is not None else 'its start'}", file=sys.stderr, flush=True)  # fmt: skip
+            os._exit(SIGTERM_STATUS)
         if returncode >= 0:
             break  # else a signal killed fit while this worker lives: resume it here
     return returncode

@@ -26,6 +26,7 @@ def cifar_args(paths: dict, logs, data: str, *extra: str) -> list[str]:
             "false",
         ),
         *("--trainer.enable_model_summary", "false", "--trainer.logger.init_args.save_dir", str(logs)),
+        *("--trainer.logger.init_args.log_graph", "false"),
         *extra,
     ]
 

@@ -11,7 +11,6 @@ process.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from helpers import (
     clean_env,
     free_port_for_slurm,
     job_torchrun_args,
+    namespace_init,
     results,
     run_dirs,
     run_main,
@@ -535,19 +535,6 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
             )
         )
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
-
-
-def namespace_init(unshare: int, program: bytes) -> int:
-    """The host pid of the process ``unshare --fork`` started, PID 1 of the new PID namespace, once it runs
-    ``program`` (right after the fork it is still a copy of unshare)."""
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        for child in Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split():
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].endswith(program):
-                    return int(child)
-        time.sleep(0.01)
-    raise AssertionError(f"unshare started no {program!r}")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")

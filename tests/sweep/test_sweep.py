@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import optuna
 import pytest
-from helpers import REPO, SMOKE, run_sweep, study_of, write_sweep
+import torch
+from helpers import REPO, SMOKE, namespace_init, run_sweep, study_of, write_sweep
 
 from project import summarize
 from project.errors import ConfigError
@@ -264,6 +267,58 @@ def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashio
     for name in ("report.md", "report.json", "objective-model.optimizer.init_args.lr.png"):
         assert (folder / name).is_file()
     assert summarize.main([str(folder)]) == 0  # the run-folder commands take trials
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
+def test_sigterm_to_pid_1_stops_the_worker_after_its_trial_saved_and_the_retry_resumes_there(fashion_data, tmp_path):
+    """The image's PID 1 is tini (Dockerfile): in a PID namespace of its own, SIGTERM to PID 1 (``docker stop``, a
+    pod's deletion) reaches the sweep, which passes it to its two workers: the idle one ends at once, the other passes
+    it to its trial's fit, which saves ``hpc_ckpt_1.ckpt`` at its step and ends; then that worker ends, the sweep ends
+    with 143, and no process of the namespace is left; the trial is still running in the study. The next worker
+    finds it stale, retries it, and the retry resumes that run from that checkpoint to its end (not from the epoch's
+    ``last.ckpt``, not afresh). Without tini the test is skipped, except in CI, where .ci/run installs it."""
+    if shutil.which("tini") is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("tini is needed (Debian: apt-get install tini)")
+    ready, sent = tmp_path / "ready", tmp_path / "sent"
+    spec = write_sweep(tmp_path, seeds=[1], space={"model.optimizer.init_args.lr": [0.05]})  # 2 epochs of 4 steps
+    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--trainer.callbacks+=helpers.WaitForSignal"]
+    path = os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "SIGNAL_AT": "6", "SIGNAL_READY": str(ready), "SIGNAL_SENT": str(sent)}
+    sweep = [sys.executable, "-m", "project.sweep", *args, "--workers", "2"]  # the other worker waits, idle
+    cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", *sweep]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        init = namespace_init(proc.pid, b"tini")
+        deadline = time.monotonic() + 300
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), proc.stdout.read()[-3000:] if proc.poll() is not None else "never reached step 6"
+        os.kill(init, signal.SIGTERM)
+        sent.touch()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    folder = tmp_path / "logs" / "smoke"
+    run = folder / "version_0"
+    saved = run / "checkpoints" / "hpc_ckpt_1.ckpt"
+    assert torch.load(saved, map_location="cpu", weights_only=True)["global_step"] in (6, 7)
+    assert f"trial 0: stopped by SIGTERM; the next worker resumes it from {saved.relative_to(tmp_path)}" in out
+    assert not Path(f"/proc/{init}").exists()  # tini ended, and every process of its namespace with it
+    storage = f"sqlite:///{folder / 'study.db'}"
+    (stopped,) = study_of("smoke", storage).get_trials()
+    assert stopped.state == optuna.trial.TrialState.RUNNING  # as after a crash: the next worker retries it
+    again = run_sweep(args, tmp_path, PYTHONPATH=path)  # no SIGNAL_AT: runs through
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"trial 1: {run.relative_to(tmp_path)} " in again.stdout and "(resumed from hpc_ckpt_1.ckpt)" in again.stdout
+    (retry,) = [t for t in study_of("smoke", storage).get_trials() if t.system_attrs.get("failed_trial") == 0]
+    assert retry.state == optuna.trial.TrialState.COMPLETE
+    info = json.loads((run / "trial.json").read_text())
+    assert info["trials"] == [0, retry.number] and info["resumed"] and info["state"] == "complete"
+    results = json.loads((run / "results.json").read_text())
+    assert results["global_step"] == 8 and results["epochs"] == 2 and info["value"] == results["best_val_acc"]
 
 
 @pytest.mark.slow
