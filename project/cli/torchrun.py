@@ -10,14 +10,20 @@ logging every failed connection with a C++ stack trace. The agent's C++ log leve
 the training processes it starts get the environment as it was given (``TORCH_CPP_LOG_LEVEL`` included).
 It lives in ``project.cli``, whose package imports nothing, because that level is read once, when torch loads.
 
+A SIGTERM to torchrun (``docker stop``, a pod's deletion: through the image's tini) is passed by its agent to the
+training processes, each of which saves its checkpoint and ends (``fit``'s own lines say where); then this process
+ends with one line and by the same signal, as ``fit`` does, instead of the agent's traceback and exit status 1.
+
 Raises nothing: exits 1 with the ``error:`` line for a ``torch.distributed.DistError`` (the store: a timeout
 waiting for the other nodes, a refused or lost connection) or torch elastic's ``RendezvousError`` (the ``c10d``
-and ``etcd`` rendezvous backends) raised by the agent; any other failure is torchrun's own.
+and ``etcd`` rendezvous backends) raised by the agent; ends by the signal after torch elastic's
+``SignalException`` (SIGTERM, SIGINT, SIGHUP, SIGQUIT to the agent); any other failure is torchrun's own.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
@@ -30,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[LOG_LEVEL] = "FATAL"  # read once, when torch's C++ library loads (below): this process only
     import torch.distributed as dist
     import torch.distributed.run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
     if given is None:
@@ -52,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except SignalException as e:  # the agent has stopped its workers with the signal and waited for them
+        name = signal.Signals(e.sigval).name
+        print(f"error: torchrun stopped by {name}; its training processes got it too (a run that holds a checkpoint "
+              "is kept; the lines above say where)", file=sys.stderr, flush=True)  # fmt: skip
+        signal.signal(e.sigval, signal.SIG_DFL)
+        os.kill(os.getpid(), e.sigval)  # end by the signal, as torchrun's caller (tini, a scheduler) expects
+        return 128 + e.sigval
     return 0
 
 

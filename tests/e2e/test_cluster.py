@@ -538,11 +538,14 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
-def test_sigterm_to_pid_1_reaches_fit_through_tini(tiny, tmp_path):
+@pytest.mark.parametrize("launcher", ["fit", "torchrun"])
+def test_sigterm_to_pid_1_reaches_fit_through_tini(launcher, tiny, tmp_path):
     """The image's PID 1 is tini (Dockerfile), as in a container: in a PID namespace of its own (``unshare --pid``)
-    SIGTERM to PID 1, as ``docker stop`` or a pod's deletion sends it, reaches fit, which saves a checkpoint at that
-    step and ends; tini ends with it (128 + SIGTERM) and takes every process of the namespace with it. Without
-    tini the test is skipped, except in CI (``CI`` set), where .ci/run installs it (Debian: tini)."""
+    SIGTERM to PID 1, as ``docker stop`` or a pod's deletion sends it, reaches fit (run as ``python -m project.fit``,
+    or as deploy/kubernetes/train's pods run it, under torchrun), which saves a checkpoint at that step and ends;
+    tini ends with it (128 + SIGTERM) and takes every process of the namespace with it. Without tini the test is
+    skipped, except in CI (``CI`` set), where .ci/run installs it (Debian: tini). The sweep worker's own case:
+    tests/sweep/test_sweep.py."""
     if shutil.which("tini") is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("tini is needed (Debian: apt-get install tini)")
     ready, sent = tmp_path / "ready", tmp_path / "sent"
@@ -551,7 +554,15 @@ def test_sigterm_to_pid_1_reaches_fit_through_tini(tiny, tmp_path):
         clean_env(PROJECT_JOB_ID="pid1", SIGNAL_AT="15", SIGNAL_READY=str(ready), SIGNAL_SENT=str(sent)),
         tiny["site"],
     )
-    cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", sys.executable, "-m", "project.fit", *args]
+    command = [sys.executable, "-m", "project.fit"]
+    if launcher == "torchrun":  # one node of one process, as the Job's pod starts it
+        command = [
+            sys.executable,
+            "-m",
+            "project.cli.torchrun",
+            *job_torchrun_args(0, free_port_for_slurm()[1], NNODES="1"),
+        ]
+    cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", *command, *args]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         init = namespace_init(proc.pid, b"tini")
@@ -569,7 +580,9 @@ def test_sigterm_to_pid_1_reaches_fit_through_tini(tiny, tmp_path):
     (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
     checkpoint = run / "checkpoints" / "hpc_ckpt_1.ckpt"
     assert torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"] in (15, 16)
-    assert f"SIGTERM: saved {checkpoint}" in out
+    assert f"SIGTERM: saved {checkpoint}" in out and "Traceback" not in out
+    if launcher == "torchrun":
+        assert "error: torchrun stopped by SIGTERM; its training processes got it too" in out
     assert not (run / "results.json").exists()
     assert not Path(f"/proc/{init}").exists()
 
