@@ -4,9 +4,11 @@ jsonargparse parser as every override, so ``--help`` shows both and a bad value 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from helpers import own_data, results, run_dirs, run_main, tiny_args
 
@@ -91,3 +93,23 @@ def test_run_must_come_first_and_is_required(name, trained_run, capsys):
         assert COMMANDS[name].main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and ("RUN comes first" in err[0] or "run" in err[0])
+
+
+def test_accuracy_is_the_fraction_of_images_classified_right_on_each_split(
+    trained_run, tiny_mnist, tmp_path, monkeypatch
+):
+    """``val/acc`` and ``test/acc`` are micro accuracies (torchmetrics ``MulticlassAccuracy(average="micro")``):
+    images classified right / images, as each split's confusion matrix counts them, not a mean over classes; fit's
+    ``best_val_acc`` is evaluate's ``--split val`` on the best checkpoint."""
+    run = tmp_path / "logs" / "tiny" / "version_0"
+    shutil.copytree(trained_run, run)
+    monkeypatch.chdir(tmp_path)
+    r = results(run)
+    test_cm = np.array(r["confusion_matrix"])
+    assert r["test_acc"] == pytest.approx(np.trace(test_cm) / test_cm.sum(), abs=1e-6)
+    assert evaluate.main([str(run), *own_data(run), "--split", "val"]) == 0
+    out = json.loads((run / "eval-best-val.json").read_text())
+    val_cm = np.array(out["confusion_matrix"])
+    assert out["samples"] == val_cm.sum() == 100
+    assert out["acc"] == pytest.approx(np.trace(val_cm) / val_cm.sum(), abs=1e-6)
+    assert out["acc"] == pytest.approx(r["best_val_acc"], abs=1e-6)
