@@ -229,6 +229,29 @@ def namespace_init(unshare: int, program: bytes) -> int:
     raise AssertionError(f"unshare started no {program!r}")
 
 
+def sigterm_to_pid_1(
+    command: list[str], cwd: Path, env: dict[str, str], ready: Path, sent: Path
+) -> tuple[int, str, int]:
+    """Run ``command`` under tini as PID 1 of a PID namespace of its own (``unshare --pid``), as the image runs it;
+    once ``ready`` exists (:class:`WaitForSignal` touched it), send SIGTERM to PID 1, as ``docker stop`` or a pod's
+    deletion does, and touch ``sent``. Returns the exit status, the output and PID 1's host pid."""
+    cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", *command]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        init = namespace_init(proc.pid, b"tini")
+        deadline = time.monotonic() + 300
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), proc.stdout.read()[-3000:] if proc.poll() is not None else "never reached its step"
+        os.kill(init, signal.SIGTERM)
+        sent.touch()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, init
+
+
 def tensorboard_hparams(run) -> dict:
     """The hyper-parameters as TensorBoard's HPARAMS tab reads them from the run's event files."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -29,10 +29,10 @@ from helpers import (
     clean_env,
     free_port_for_slurm,
     job_torchrun_args,
-    namespace_init,
     results,
     run_dirs,
     run_main,
+    sigterm_to_pid_1,
     slurm_task,
 )
 from tiny_data import make_tiny_mnist, tables_site, with_site
@@ -562,21 +562,8 @@ def test_sigterm_to_pid_1_reaches_fit_through_tini(launcher, tiny, tmp_path):
             "project.cli.torchrun",
             *job_torchrun_args(0, free_port_for_slurm()[1], NNODES="1"),
         ]
-    cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", *command, *args]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        init = namespace_init(proc.pid, b"tini")
-        deadline = time.time() + 300
-        while not ready.exists() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)
-        assert ready.exists(), proc.stdout.read()[-3000:] if proc.poll() is not None else "never reached step 15"
-        os.kill(init, signal.SIGTERM)
-        sent.touch()
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    returncode, out, init = sigterm_to_pid_1([*command, *args], tmp_path, env, ready, sent)
+    assert returncode == 128 + signal.SIGTERM, out[-3000:]
     (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
     checkpoint = run / "checkpoints" / "hpc_ckpt_1.ckpt"
     assert torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"] in (15, 16)

@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
-from helpers import REPO, SMOKE, namespace_init, run_sweep, study_of, write_sweep
+from helpers import REPO, SMOKE, run_sweep, sigterm_to_pid_1, study_of, write_sweep
 
 from project import summarize
 from project.errors import ConfigError
@@ -286,21 +286,8 @@ def test_sigterm_to_pid_1_stops_the_worker_after_its_trial_saved_and_the_retry_r
     path = os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path, "SIGNAL_AT": "6", "SIGNAL_READY": str(ready), "SIGNAL_SENT": str(sent)}
     sweep = [sys.executable, "-m", "project.sweep", *args, "--workers", "2"]  # the other worker waits, idle
-    cmd = ["unshare", "--pid", "--fork", "--kill-child", "tini", "--", *sweep]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        init = namespace_init(proc.pid, b"tini")
-        deadline = time.monotonic() + 300
-        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert ready.exists(), proc.stdout.read()[-3000:] if proc.poll() is not None else "never reached step 6"
-        os.kill(init, signal.SIGTERM)
-        sent.touch()
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    returncode, out, init = sigterm_to_pid_1(sweep, tmp_path, env, ready, sent)
+    assert returncode == 128 + signal.SIGTERM, out[-3000:]
     folder = tmp_path / "logs" / "smoke"
     run = folder / "version_0"
     saved = run / "checkpoints" / "hpc_ckpt_1.ckpt"
