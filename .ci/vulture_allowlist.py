@@ -59,3 +59,4 @@ _.should_stop
 _.on_test_end
 _copy_param  # project/adapters.py: ModelPruning.apply_lottery_ticket_hypothesis calls it
 _.print_config  # project/cli/parse_errors.py: jsonargparse reads what --print_config asked for
+_._check_legacy_exist  # project/data/modules.py: torchvision's MNIST.__init__ calls it

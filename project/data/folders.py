@@ -21,6 +21,10 @@ Images are decoded once into one uint8 array (N, H, W) or (N, H, W, 3) and cache
 ``data_dir/.cache/``, keyed by every image's path, size and modification time and by the decode settings: an added,
 removed or changed file, or other settings, build a new cache; a cache that does not load, or holds another key, is
 rebuilt, never trusted (it is read with ``torch.load(weights_only=True)``; its arrays must have the settings' shape).
+The key names the files, not their pixels, and a cache planted in a folder from elsewhere can carry it: on every
+load :data:`CACHE_SPOT_CHECKS` images of each split, drawn afresh, are decoded again and must equal the cache's
+pixels exactly, else the cache is rebuilt (a cache replacing a tenth of the images is caught with probability
+0.9988; one replacing them all, always).
 Later runs, and ``in_memory: true``, read the cache only. The :data:`CACHES_KEPT` most recently used caches are
 kept, older ones removed.
 
@@ -62,6 +66,7 @@ log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1  # bump when what the cache holds changes: older caches are then rebuilt
 CACHES_KEPT = 3  # image caches kept per folder (the most recently used)
+CACHE_SPOT_CHECKS = 64  # images per split decoded again on every cache load and compared with the cache
 SPLITS = ("train", "val", "test")
 Resize = Literal["stretch", "crop", "pad"]
 
@@ -287,6 +292,26 @@ class ImageFolderDataModule(VisionDataModule):
             out[i] = np.asarray(image).reshape(height, width, channels)
         return out[..., 0] if channels == 1 else out
 
+    def _spot_check(
+        self,
+        path: Path,
+        splits: dict[str, tuple[np.ndarray, list[int]]],
+        listing: dict[str, tuple[list[Path], list[int]]],
+    ) -> bool:
+        """Whether :data:`CACHE_SPOT_CHECKS` images of each split, drawn afresh (OS entropy) on every load, decode to
+        exactly the cached pixels. The key (paths, sizes, modification times) says which files a cache was written
+        for, not that its pixels are theirs: a cache planted in a data folder from elsewhere passes the key. A cache
+        that replaces a fraction f of the images fails this check with probability at least 1 - (1 - f)^k (k
+        images drawn): certainly when it replaces them all, 0.9988 at f = 10 %, k = 64."""
+        rng = np.random.default_rng()
+        for split, (data, _) in splits.items():
+            files = listing[split][0]
+            picks = rng.choice(len(files), size=min(CACHE_SPOT_CHECKS, len(files)), replace=False)
+            if not np.array_equal(self._decode([files[i] for i in picks]), data[picks]):
+                log.warning("rebuilding the image cache %s (its pixels are not those of the %s images)", path, split)
+                return False
+        return True
+
     def _load_cache(self, path: Path, key: str) -> dict[str, Any] | None:
         try:
             cached = torch.load(path, map_location="cpu", weights_only=True)
@@ -331,6 +356,8 @@ class ImageFolderDataModule(VisionDataModule):
                     cached = None
                     break
                 splits[split] = (data.numpy(), targets)
+            if cached is not None and not self._spot_check(path, splits, listing):
+                cached = None
             if cached is not None:
                 os.utime(path)  # recently used: kept when older caches are pruned
                 return splits

@@ -22,6 +22,26 @@ from project.errors import DataError
 __all__ = ["CIFAR100DataModule", "CIFAR10DataModule", "FashionMNISTDataModule", "MNISTDataModule", "VisionDataModule"]
 
 
+class _RawFilesOnly:
+    """torchvision's MNIST family reads ``<Dataset>/processed/training.pt`` and ``test.pt`` (the cache torchvision
+    < 0.8 wrote) in preference to the raw IDX files whenever both are present, with no check of their content: a
+    pair planted next to md5-clean raw files is what would train and test. These classes read the raw files only,
+    which :meth:`_MNISTFamily.verify` checks (size on every setup, md5 in ``prepare_data``); a ``processed/``
+    folder is ignored. The class names are torchvision's, which name the folders (``MNIST/raw``)."""
+
+    def _check_legacy_exist(self) -> bool:
+        return False
+
+
+class MNIST(_RawFilesOnly, datasets.MNIST):
+    """torchvision's :class:`~torchvision.datasets.MNIST` reading the raw IDX files only (:class:`_RawFilesOnly`)."""
+
+
+class FashionMNIST(_RawFilesOnly, datasets.FashionMNIST):
+    """torchvision's :class:`~torchvision.datasets.FashionMNIST` reading the raw IDX files only
+    (:class:`_RawFilesOnly`)."""
+
+
 class _MNISTFamily(VisionDataModule):
     input_shape = (1, 28, 28)
 
@@ -60,7 +80,7 @@ class MNISTDataModule(_MNISTFamily):
     :class:`VisionDataModule` for the arguments and errors.
     """
 
-    dataset_cls = datasets.MNIST
+    dataset_cls = MNIST
     mean, std = (0.1307,), (0.3081,)
 
 
@@ -71,7 +91,7 @@ class FashionMNISTDataModule(_MNISTFamily):
     :class:`VisionDataModule` for the arguments and errors.
     """
 
-    dataset_cls = datasets.FashionMNIST
+    dataset_cls = FashionMNIST
     mean, std = (0.2860,), (0.3530,)
 
 

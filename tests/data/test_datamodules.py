@@ -4,6 +4,7 @@ import shutil
 
 import pytest
 import torch
+from torchvision.datasets.mnist import read_image_file, read_label_file
 
 from project.data.memory import EpochBatches
 from project.data.modules import CIFAR10DataModule, FashionMNISTDataModule, MNISTDataModule
@@ -87,6 +88,23 @@ def test_truncated_extracted_file_is_caught(cls, tiny_mnist):
     for check in (dm.prepare_data, lambda: make(cls, tiny_mnist).setup("fit")):
         with pytest.raises(DataError, match=r"train-images-idx3-ubyte is truncated.*source_dir"):
             check()
+
+
+@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule])
+def test_a_processed_pt_planted_beside_the_raw_files_is_ignored(cls, tiny_mnist):
+    """torchvision prefers ``<Dataset>/processed/{training,test}.pt`` to the md5-checked raw files; a pair planted
+    there (all black, every label 7) must not be what trains or tests: the data are the raw files' own."""
+    dm = make(cls, tiny_mnist, val_size=100)
+    dm.prepare_data()
+    folder = tiny_mnist["data"] / cls.dataset_cls.__name__
+    (folder / "processed").mkdir()
+    for name, n in (("training.pt", 600), ("test.pt", 100)):
+        torch.save((torch.zeros(n, 28, 28, dtype=torch.uint8), torch.full((n,), 7)), folder / "processed" / name)
+    dm.setup("fit")
+    for dataset, split in ((dm.train_set, "train"), (dm.test_set, "t10k")):
+        assert torch.equal(dataset.data, read_image_file(str(folder / "raw" / f"{split}-images-idx3-ubyte")))
+        assert torch.equal(dataset.targets, read_label_file(str(folder / "raw" / f"{split}-labels-idx1-ubyte")))
+        assert dataset.targets.unique().numel() == 10
 
 
 def test_same_size_corruption_of_extracted_file_fails_md5(tiny_mnist):

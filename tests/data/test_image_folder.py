@@ -20,6 +20,7 @@ from tiny_data import make_image_folder
 from project import evaluate, predict
 from project.data import FashionMNISTDataModule, ImageFolderDataModule
 from project.data import folders as folders_mod
+from project.data.images import load_image
 from project.errors import ConfigError, DataError
 
 CLASSES = ["cat", "dog", "frog"]
@@ -135,14 +136,20 @@ def test_the_cache_is_read_on_the_next_run_and_rebuilt_when_a_file_changes(tmp_p
     ImageFolderDataModule(data_dir=str(data)).prepare_data()
     (cache,) = (data / ".cache").iterdir()
 
-    def no_decoding(*args, **kwargs):
-        raise AssertionError("decoded although the cache holds these files")
+    decoded = []
+
+    def counted(path, *args, **kwargs):
+        decoded.append(path)
+        return load_image(path, *args, **kwargs)
 
     with monkeypatch.context() as mp:
-        mp.setattr(folders_mod, "load_image", no_decoding)
+        mp.setattr(folders_mod, "load_image", counted)
         dm = ImageFolderDataModule(data_dir=str(data))
         dm.setup("fit")
         assert len(dm.train_set) == 120
+    # only the spot check's sample of each split is decoded again, all different files
+    sizes = [len(list((data / split).rglob("*.png"))) for split in ("train", "val", "test")]
+    assert len(decoded) == len(set(decoded)) == sum(min(folders_mod.CACHE_SPOT_CHECKS, n) for n in sizes if n)
     # a changed image: a new key, decoded again, with the new pixels
     changed = data / "train" / "cat" / "0000.png"
     Image.new("RGB", (40, 30), (255, 255, 255)).save(changed)
@@ -236,16 +243,26 @@ def test_hidden_entries_and_linked_folders_inside_a_class_are_skipped_and_counte
     assert len(dm.train_set) == 12 and dm.skipped == 5
 
 
-def test_a_cache_of_another_shape_under_the_right_key_is_rebuilt(tmp_path):
+@pytest.mark.parametrize(
+    "plant",
+    [
+        lambda train: train[:, :16, :16],  # same length, 16x16 images
+        lambda train: 255 - train,  # the right shape, other pixels: a cache planted in a folder from elsewhere
+    ],
+    ids=["other-shape", "other-pixels"],
+)
+def test_a_cache_under_the_right_key_is_rebuilt_unless_its_pixels_are_the_images(plant, tmp_path):
     data = make_image_folder(tmp_path / "images", per_class=4, splits=("train",))
     ImageFolderDataModule(data_dir=str(data)).prepare_data()
     (cache,) = (data / ".cache").iterdir()
     payload = torch.load(cache, weights_only=True)
-    payload["train"] = payload["train"][:, :16, :16]  # same key, same length, 16x16 images
+    right = payload["train"].numpy().copy()
+    payload["train"] = plant(payload["train"])
     torch.save(payload, cache)
     dm = ImageFolderDataModule(data_dir=str(data))
     dm.setup("fit")
-    assert dm.train_set.data.shape == (12, 32, 32, 3)
+    assert np.array_equal(dm.train_set.data, right)
+    assert np.array_equal(torch.load(cache, weights_only=True)["train"].numpy(), right)  # and rewritten
 
 
 def test_only_the_most_recent_caches_are_kept(tmp_path):
