@@ -362,6 +362,44 @@ def test_sweep_array_script_runs_the_same_worker_in_every_task(tmp_path):
     assert len(missing.stderr.splitlines()) == 1 and len(log.read_text().splitlines()) == 2
 
 
+SWEEP_WORKER_STUB = """#!/bin/bash
+stop() {{ echo worker-got-TERM >> {log}; sleep 0.3; echo worker-saved-and-exits >> {log}; exit 143; }}
+trap stop TERM
+echo worker-started >> {log}
+while true; do sleep 0.05; done
+"""
+
+
+@pytest.mark.parametrize(("sig", "requeued"), [(signal.SIGUSR1, True), (signal.SIGTERM, False)], ids=["USR1", "TERM"])
+def test_sweep_array_task_stops_its_worker_then_requeues_on_the_time_limit_signal(sig, requeued, tmp_path):
+    """scripts/slurm-sweep.sbatch under a simulated SLURM task: the time-limit signal (``--signal=B:USR1@120``) is
+    SIGTERM to the worker (which saves its trial and exits 143), and only after the worker has exited is the task
+    requeued; scancel's SIGTERM stops the worker the same way with no requeue. The task exits with the worker's
+    status."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text(SWEEP_WORKER_STUB.format(log=log))
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "scontrol $*" >> {log}\n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OPTUNA_"))}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_ID="91", OPTUNA_STORAGE="sqlite:///s.db")
+    script = REPO / "scripts" / "slurm-sweep.sbatch"
+    assert "#SBATCH --signal=B:USR1@120" in script.read_text().splitlines()
+    proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (log.exists() and "worker-started" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out
+    events = log.read_text().splitlines()
+    assert (
+        events == ["worker-started", "worker-got-TERM", "worker-saved-and-exits"] + ["scontrol requeue 91"] * requeued
+    )
+    assert ("requeueing" in out) == requeued
+
+
 def test_sigterm_stops_fit_as_a_kill_and_keeps_the_run(tiny, tmp_path):
     """``docker stop``, ``scancel`` and Kubernetes send SIGTERM: fit stops at the next step with one line, keeps
     the run folder with its checkpoint, and ends by SIGTERM itself (exit 143 in a shell), not with status 0."""
