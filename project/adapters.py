@@ -170,6 +170,28 @@ def set_default_root_dir(trainer: Any, folder: str) -> None:
     trainer._default_root_dir = folder
 
 
+def replace_sigterm_notifier(trainer: Any, notifier: Any) -> None:
+    """``Trainer._signal_connector._sigterm_notifier_fn``: the SIGTERM handler Lightning installs at the start of
+    each run (``_SignalConnector.register_signal_handlers`` reads it from the instance, after the ``setup`` hook).
+    Lightning 2.6's own sets ``received_sigterm`` on the process that got the signal and calls
+    ``torch.distributed.broadcast`` inside the handler: under DDP one rank then raises ``SIGTERMException`` where the
+    others do not, or the handler's broadcast meets another collective, and every process hangs. No public setting
+    replaces it."""
+    trainer._signal_connector._sigterm_notifier_fn = notifier
+
+
+def training_done(trainer: Any) -> bool:
+    """``trainer.fit_loop.epoch_loop._is_training_done``: whether the step just run ends the epoch's training (its
+    last batch, or ``max_steps``); Lightning's loop acts on ``received_sigterm`` after a step only when it does not."""
+    return bool(trainer.fit_loop.epoch_loop._is_training_done)
+
+
+def set_received_sigterm(trainer: Any, value: bool = True) -> None:
+    """``Trainer._signal_connector.received_sigterm = value``: the flag Lightning's loops check between steps and
+    batches to raise ``SIGTERMException`` (``Trainer.received_sigterm`` is its read-only view)."""
+    trainer._signal_connector.received_sigterm = value
+
+
 # -- jsonargparse -----------------------------------------------------------------------------------------------
 
 

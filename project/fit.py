@@ -22,6 +22,7 @@ import lightning as L
 from project.callbacks.pruning import ScheduledPruning
 from project.cli.entry import exit_with, run_main
 from project.cli.parser import ProjectCLI
+from project.cluster import stop
 from project.report import results as report
 from project.report.figures import TestReport
 from project.report.run_logger import run_dir
@@ -69,7 +70,10 @@ def checkpoint_to_test(trainer: L.Trainer) -> str | None:
 
 
 def main(args: list[str] | None = None) -> int:
-    """Entry point of ``python -m project.fit``; returns the exit status (0 ok, 1 bad data/run, 2 bad config)."""
+    """Entry point of ``python -m project.fit``; returns the exit status (0 ok, 1 bad data/run, 2 bad config, 143
+    stopped by SIGTERM). A SIGTERM from here on stops the run where all its processes can
+    (:mod:`project.cluster.stop`)."""
+    stop.watch()
     return run_main(lambda: ProjectCLI(args, description=__doc__.splitlines()[0]), fit_and_release)
 
 

@@ -180,13 +180,29 @@ class SleepAtEpoch(Callback):
 
 
 class Sigterm(Callback):
-    """Sends SIGTERM to its own process at training step ``SIGTERM_AT`` (a scheduler's or ``docker stop``'s
-    kill); inactive unless ``SIGTERM_AT`` is set."""
+    """Sends SIGTERM to its own process, once, on rank ``SIGTERM_RANK`` only (default 0: ``docker stop`` signals the
+    launching process): at training step ``SIGTERM_AT``, or at the first batch of the phase ``SIGTERM_IN`` names
+    (``validation``: after the sanity check; ``test``). Inactive unless one of them is set."""
+
+    sent = False
+
+    def _send(self, trainer, phase: str | None = None) -> None:
+        rank = int(os.environ.get("SIGTERM_RANK", "0"))
+        if phase == os.environ.get("SIGTERM_IN") and trainer.global_rank == rank and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def on_train_batch_end(self, trainer, *args, **kwargs):
         at = os.environ.get("SIGTERM_AT")
         if at is not None and trainer.global_step == int(at):
-            os.kill(os.getpid(), signal.SIGTERM)
+            self._send(trainer)
+
+    def on_validation_batch_end(self, trainer, *args, **kwargs):
+        if not trainer.sanity_checking:
+            self._send(trainer, "validation")
+
+    def on_test_batch_end(self, trainer, *args, **kwargs):
+        self._send(trainer, "test")
 
 
 class WaitForSignal(Callback):

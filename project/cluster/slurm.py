@@ -36,11 +36,11 @@ from typing import Any
 
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from project import adapters
+from project.cluster.stop import StopOnSignal
 from project.errors import UnreadableFile
 from project.runs import files, layout, read, resume
 
@@ -174,21 +174,22 @@ def prepare(cfg: Any) -> None:
     log.info("job %s was requeued: resuming %s from %s", job, mine[-1], ckpt.name)
 
 
-class SlurmRequeue(Callback):
+class SlurmRequeue(StopOnSignal):
     """Under SLURM (or with ``PROJECT_JOB_ID``): Lightning's preemption checkpoint goes into the run's
     ``checkpoints/``, a SIGTERM saves one too, and rank 0 records the job in the run folder (``slurm_job.json``), so
-    a requeued or restarted start finds both. Elsewhere it does nothing. Every run has it (``slurm_requeue`` in
-    ``--print_config``).
+    a requeued or restarted start finds both. Everywhere: a SIGTERM stops every process of the run at the same point
+    (:class:`~project.cluster.stop.StopOnSignal`). Every run has it (``slurm_requeue`` in ``--print_config``).
 
     Lightning saves the SIGUSR1 preemption checkpoint into ``trainer.default_root_dir``; that is set here, from
     the run folder all ranks agree on (``trainer.log_dir``, broadcast by Lightning), at ``setup``. On SIGTERM
-    Lightning's loops raise ``SIGTERMException`` between two training steps (under DDP on every rank together
-    when rank 0 got the signal: Lightning broadcasts it each step); :meth:`on_exception` then saves
+    Lightning's loops raise ``SIGTERMException`` at a point every rank agreed on (:mod:`project.cluster.stop`);
+    :meth:`on_exception` then saves
     ``hpc_ckpt_<k>.ckpt`` there with ``Trainer.save_checkpoint`` (a collective: every rank calls it) before fit
     ends. The checkpoint holds the loops' position, so the resumed run continues with the next batch.
     """
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         if stage != "fit" or slurm_job() is None:
             return
         log_dir = trainer.log_dir  # a collective under DDP (a broadcast): read once, on every rank

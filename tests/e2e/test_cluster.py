@@ -122,7 +122,7 @@ def resume_args(tiny, logs, callback: str) -> list[str]:
 def reference_run(args, tmp_path, monkeypatch) -> Path:
     """The uninterrupted reference of ``args``, named ``ref``, trained in this process (no launcher's variables, one
     thread, as the subprocesses run); returns its run folder."""
-    for name in [k for k in os.environ if k.startswith((*LAUNCH_VARIABLES, "PREEMPT_AT", "SIGTERM_AT"))]:
+    for name in [k for k in os.environ if k.startswith((*LAUNCH_VARIABLES, "PREEMPT_AT", "SIGTERM_"))]:
         monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
     threads = torch.get_num_threads()
@@ -573,6 +573,39 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
             )
         )
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
+
+
+@pytest.mark.parametrize("phase", ["step", "validation", "test"])
+def test_sigterm_in_any_phase_of_a_ddp_run_stops_both_processes_and_the_requeue_resumes_exactly(
+    phase, ddp_tiny, one_node_two_processes, tmp_path
+):
+    """A SIGTERM that reaches one process of a 2-process run: rank 1 in a training step (one task signalled), or
+    rank 0 (``docker stop`` signals the launching process) during the validation or the test. Lightning's own
+    handler left the processes hung in a collective only one had entered, or stopped one and not the other; here
+    both stop where they agreed to (project.cluster.stop), each with one error line, and end by
+    SIGTERM. The requeue (the same job id and config) ends with the uninterrupted run's results and weights: a
+    validation is not cut short (a run resumed from inside one would skip it and its checkpoint), a stopped test is
+    run again."""
+    args = [*ddp_args(tmp_path, ddp_tiny, "logs", devices=2, nodes=1), "--trainer.callbacks+=helpers.Sigterm"]
+    env = with_site(clean_env(PROJECT_JOB_ID="stop-job"), ddp_tiny["site"])
+    signal_at = {
+        "step": {"SIGTERM_AT": "3"},
+        "validation": {"SIGTERM_IN": "validation"},
+        "test": {"SIGTERM_IN": "test"},
+    }
+    command = [sys.executable, "-m", "project.fit", *args]
+    # both processes write to the pipes: run() returns when the last of them has exited (or fails on a hang)
+    stopped = subprocess.run(command, cwd=tmp_path, env={**env, **signal_at[phase]}, capture_output=True, text=True,
+                             timeout=180)  # fmt: skip
+    assert stopped.returncode == -signal.SIGTERM, stopped.stderr[-3000:]
+    errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and all("stopped by SIGTERM" in line for line in errors), stopped.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "logs")
+    assert not (run / "results.json").exists()
+    if phase != "test":  # a stop during the fit saves where it stopped
+        assert [p.name for p in (run / "checkpoints").glob("hpc_ckpt_*.ckpt")] == ["hpc_ckpt_1.ckpt"]
+    requeued = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    check_same_as_reference(tmp_path / "logs", one_node_two_processes, [(requeued.returncode, requeued.stderr)])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
