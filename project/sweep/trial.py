@@ -316,8 +316,10 @@ def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, 
     }
     info["worker"] = f"{socket.gethostname()}:{os.getpid()}"
     trial.set_user_attr("worker", info["worker"])
-    for _ in range(sweep.max_retry + 1):
+    for attempt in range(sweep.max_retry + 1):
         ckpt = newest_checkpoint(run)
+        if ckpt is None and attempt > 0:
+            _clear_dead_try(run, ctx.folder.parent)  # killed before its first checkpoint: start the point afresh
         resume = ["--ckpt_path", str(ckpt)] if ckpt is not None else []
         info["resumed"] = info.get("resumed", False) or bool(resume)
         note = f" (resumed from {ckpt.name})" if ckpt is not None else ""
@@ -346,6 +348,28 @@ def _fit_resuming(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, 
         if returncode >= 0:
             break  # else a signal killed fit while this worker lives: resume it here
     return returncode
+
+
+def _clear_dead_try(run: Path, below: Path) -> None:
+    """Remove what a fit killed before its first checkpoint left in ``run`` (its ``config.yaml``, event files, an
+    empty ``checkpoints/``), keeping the trial's own files (``trial.json``, ``sweep-trial.yaml``, ``sweep-fit.log``):
+    the retry then starts the point afresh in the same folder, which fit would otherwise refuse as one that "already
+    holds a run". Links are removed, never followed.
+
+    Raises:
+        ConfigError: a link or a file stands on the way to ``run`` (:func:`in_place`)."""
+    import shutil
+
+    keep = {layout.TRIAL, layout.TRIAL_CONFIG, FIT_LOG}
+    with in_place(run):
+        os.close(files.open_below(below, run, create=False))
+        for entry in run.iterdir():
+            if entry.name in keep:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def _outcome(ctx: Context, trial: optuna.Trial, run: Path, info: dict[str, Any], returncode: int) -> float:

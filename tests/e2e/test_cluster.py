@@ -598,8 +598,8 @@ def test_sigterm_in_any_phase_of_a_ddp_run_stops_both_processes_and_the_requeue_
     stopped = subprocess.run(command, cwd=tmp_path, env={**env, **signal_at[phase]}, capture_output=True, text=True,
                              timeout=180)  # fmt: skip
     assert stopped.returncode == -signal.SIGTERM, stopped.stderr[-3000:]
-    errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 2 and all("stopped by SIGTERM" in line for line in errors), stopped.stderr[-3000:]
+    # one line from each process (the two may interleave in the shared pipe)
+    assert stopped.stderr.count("error:") == stopped.stderr.count("error: stopped by SIGTERM") == 2, stopped.stderr
     (run,) = run_dirs(tmp_path / "logs")
     assert not (run / "results.json").exists()
     if phase != "test":  # a stop during the fit saves where it stopped

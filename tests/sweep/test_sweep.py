@@ -270,6 +270,41 @@ def test_killed_worker_is_resumed_and_the_sweep_ends_with_each_point_once(fashio
 
 
 @pytest.mark.slow
+def test_a_trial_whose_fit_is_killed_before_its_first_checkpoint_starts_again_in_its_folder(fashion_data, tmp_path):
+    """kill -9 of a trial's fit (its worker lives) after its first step, before any checkpoint: the worker runs the
+    point again in the same folder, which the dead try left holding a run (``config.yaml``): it starts afresh
+    there instead of being refused as a folder that "already holds a run", and the trial completes."""
+    spec = write_sweep(tmp_path, space={"model.optimizer.init_args.lr": [0.05]}, seeds=[1])
+    ready, sent = tmp_path / "ready", tmp_path / "sent"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+        **{"SIGNAL_AT": "1", "SIGNAL_READY": str(ready), "SIGNAL_SENT": str(sent)},
+    }
+    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--trainer.callbacks+=helpers.WaitForSignal"]
+    worker = subprocess.Popen([sys.executable, "-m", "project.sweep", *args], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = tmp_path / "logs" / "smoke" / "version_0"
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert worker.poll() is None and time.monotonic() < deadline, "the trial's fit never reached its first step"
+        time.sleep(0.1)
+    assert (run / "config.yaml").is_file() and not list(run.rglob("*.ckpt"))  # a run, no checkpoint yet
+    os.kill(json.loads((run / "trial.json").read_text())["pid"], signal.SIGKILL)
+    sent.touch()
+    out, err = worker.communicate(timeout=180)
+    assert worker.returncode == 0, err[-3000:]
+    study = study_of("smoke", f"sqlite:///{run.parent / 'study.db'}")
+    (trial,) = study.get_trials()
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    info = json.loads((run / "trial.json").read_text())
+    assert info["state"] == "complete" and not info["resumed"] and info["trials"] == [0]
+    assert json.loads((run / "results.json").read_text())["global_step"] == 8  # 2 epochs x 4 steps, from the start
+    assert out.count("trial 0: ") >= 2 and "already holds a run" not in (run / "sweep-fit.log").read_text()
+    assert sorted(p.name for p in run.parent.glob("version_*")) == ["version_0"]
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
 def test_sigterm_to_pid_1_stops_the_worker_after_its_trial_saved_and_the_retry_resumes_there(fashion_data, tmp_path):
     """The image's PID 1 is tini (Dockerfile): in a PID namespace of its own, SIGTERM to PID 1 (``docker stop``, a
