@@ -33,15 +33,21 @@ RUN apt-get update \
 WORKDIR /app
 # PIP_CONFIG_FILE: a pip configuration for these build steps only (CI passes its machine's index settings).
 ARG PIP_CONFIG_FILE
-COPY requirements.lock pyproject.toml ./
+COPY requirements.lock pyproject.toml deploy/docker/runtime_lock.py ./
 # The runtime dependencies of pyproject.toml and its `postgres` extra (a sweep's shared study:
-# --storage postgresql+psycopg2://...), not the test extra, each at its locked version. This layer changes only with
-# the lock or pyproject.toml; a code change rebuilds the small layers below it only.
+# --storage postgresql+psycopg2://...), not the test extra, each at its locked version and each file checked against
+# the lock's sha256 hashes: pip resolves which of the lock's packages they need (a dry run, the lock as constraints),
+# runtime_lock.py takes those pins with their hashes out of the lock, and pip installs exactly them with
+# --require-hashes --no-deps (a file whose hash the lock does not list is refused). This layer changes only with the
+# lock or pyproject.toml; a code change rebuilds the small layers below it only.
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-print('\n'.join(p['dependencies'] + p['optional-dependencies']['postgres']))" > /tmp/requirements.in \
-    && pip install --no-cache-dir -c requirements.lock pip setuptools \
-    && pip install --no-cache-dir -c requirements.lock -r /tmp/requirements.in \
-    && rm /tmp/requirements.in
+print('\n'.join(['pip', 'setuptools'] + p['dependencies'] + p['optional-dependencies']['postgres']))" \
+        > /tmp/requirements.in \
+    && pip install --no-cache-dir --dry-run --ignore-installed --quiet --report /tmp/resolved.json \
+        -c requirements.lock -r /tmp/requirements.in \
+    && python runtime_lock.py requirements.lock /tmp/resolved.json > /tmp/runtime.lock \
+    && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/runtime.lock \
+    && rm /tmp/requirements.in /tmp/resolved.json /tmp/runtime.lock runtime_lock.py
 COPY README.md ./
 COPY project/ project/
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
