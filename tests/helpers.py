@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -217,6 +218,22 @@ class WaitForSignal(Callback):
         deadline = time.time() + 60
         while not Path(os.environ["SIGNAL_SENT"]).exists() and time.time() < deadline:
             time.sleep(0.02)
+
+
+class DataRecord(Callback):
+    """Writes ``data-rank<r>.json`` into ``DATA_RECORD_DIR`` when training starts, on every rank: the data module's
+    classes, normalization statistics, the train/val split (sha256 of its index lists) and the training batches
+    this rank gets per epoch. Inactive unless ``DATA_RECORD_DIR`` is set."""
+
+    def on_train_start(self, trainer, pl_module):
+        folder = os.environ.get("DATA_RECORD_DIR")
+        if folder is None:
+            return
+        dm = trainer.datamodule
+        split = [hashlib.sha256(json.dumps(part.tolist()).encode()).hexdigest() for part in dm.split]
+        batches = len(trainer.train_dataloader)
+        record = {"classes": dm.classes, "mean": list(dm.mean), "std": list(dm.std), "split": split, "batches": batches}
+        (Path(folder) / f"data-rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
 
 class ProcessTree(Callback):

@@ -23,6 +23,7 @@ from unittest import mock
 
 import pytest
 import torch
+import yaml
 from helpers import (
     LAUNCH_VARIABLES,
     REPO,
@@ -35,7 +36,7 @@ from helpers import (
     sigterm_to_pid_1,
     slurm_task,
 )
-from tiny_data import make_tiny_mnist, tables_site, with_site
+from tiny_data import make_image_folder, make_tiny_mnist, tables_site, with_site
 
 from project.data.modules import FashionMNISTDataModule
 
@@ -573,6 +574,32 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
             )
         )
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
+
+
+def test_an_image_folder_under_ddp_gives_every_rank_the_same_classes_split_and_statistics(tmp_path):
+    """Your own images (configs/image_folder.yaml) in a 2-process CPU DDP run: the decode cache is written once and
+    read by both ranks, and both hold the same classes, the same seeded train/val split and the same training-split
+    statistics, each with half the training batches; the run records the folder's classes."""
+    data = make_image_folder(tmp_path / "images", per_class=40)
+    records = tmp_path / "records"
+    records.mkdir()
+    args = [
+        *("--config", str(REPO / "configs/image_folder.yaml"), "--data.data_dir", str(data)),
+        *("--data.batch_size", "16", "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp"),
+        *("--trainer.devices", "2", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false"),
+        *("--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.DataRecord"),
+    ]
+    env = clean_env(DATA_RECORD_DIR=str(records))
+    command = [sys.executable, "-m", "project.fit", *args]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank0, rank1 = (json.loads((records / f"data-rank{r}.json").read_text()) for r in (0, 1))
+    assert rank0 == rank1 and rank0["classes"] == ["cat", "dog", "frog"]
+    assert rank0["batches"] == 4  # 108 training images (a tenth of 120 validates), 54 per rank in batches of 16
+    assert len(list((data / ".cache").glob("images-*.pt"))) == 1
+    (run,) = run_dirs(tmp_path / "logs")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["data"]["init_args"]["classes"] == ["cat", "dog", "frog"] and results(run)["global_step"] == 8
 
 
 @pytest.mark.parametrize("phase", ["step", "validation", "test"])
