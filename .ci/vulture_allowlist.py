@@ -60,3 +60,8 @@ _.on_test_end
 _copy_param  # project/adapters.py: ModelPruning.apply_lottery_ticket_hypothesis calls it
 _.print_config  # project/cli/parse_errors.py: jsonargparse reads what --print_config asked for
 _._check_legacy_exist  # project/data/modules.py: torchvision's MNIST.__init__ calls it
+_._sigterm_notifier_fn  # project/adapters.py: Lightning's _SignalConnector reads it when it installs its handler
+_.on_train_batch_end  # project/cluster/stop.py: Lightning callback hooks
+_.on_validation_start
+_.on_test_start
+_.on_test_batch_end

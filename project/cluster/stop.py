@@ -7,7 +7,7 @@ check the flag. Under DDP the ranks get the signal at different moments (``docke
 which forwards it), so one rank raises where the others go on into a collective, or the handler's broadcast meets
 another one: both processes hang until the process-group timeout (4 of 4 early stops of a 2-process run). So here:
 
-* **A signal only marks the process** (:func:`pending`). ``python -m project.fit`` marks from its start
+* **A signal only marks the process**. ``python -m project.fit`` marks from its start
   (:func:`watch`), before Lightning's handler exists; during each Trainer run the handler Lightning installs is
   replaced by the same marking plus Lightning's forwarding of the signal to the processes its launcher started
   (:meth:`StopOnSignal.setup`).
@@ -54,17 +54,6 @@ from project import adapters
 log = logging.getLogger(__name__)
 
 _pending = False
-
-
-def pending() -> bool:
-    """Whether this process has received SIGTERM since it started (or since :func:`reset`)."""
-    return _pending
-
-
-def reset() -> None:
-    """Forget a received SIGTERM (tests, and a process that runs several fits)."""
-    global _pending
-    _pending = False
 
 
 def _mark(signum: int, frame: FrameType | None) -> None:
@@ -131,10 +120,6 @@ class StopOnSignal(Callback):
             local = int(common.item())
         self._common_batches = local
 
-    def _eval_batch_end(self, trainer: L.Trainer, batch_idx: int) -> None:
-        if batch_idx < self._common_batches - 1:
-            self.agree(trainer)  # Lightning raises after this batch (evaluation_loop._evaluation_step)
-
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A validation that follows a step where the processes agreed (val_check_interval) runs to its end: Lightning
         # would stop it at its first batch, and a run resumed from there skips that validation for good.
@@ -154,7 +139,7 @@ class StopOnSignal(Callback):
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._count(trainer, trainer.num_test_batches)
 
-    def on_test_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, *args: Any
-    ) -> None:
-        self._eval_batch_end(trainer, batch_idx)
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        batch_idx = args[2]  # (outputs, batch, batch_idx[, dataloader_idx]), as Lightning passes them
+        if batch_idx < self._common_batches - 1:
+            self.agree(trainer)  # Lightning raises after this batch (evaluation_loop._evaluation_step)
