@@ -11,6 +11,7 @@ process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -574,6 +575,59 @@ def test_two_torchrun_nodes_on_one_machine_train_as_one_node_with_two_processes(
             )
         )
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, wait_all(procs))
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it (Linux ``/proc``): a node lost with all it ran. torchrun's workers
+    run in sessions of their own, so a process group would miss them."""
+    tree, i = [pid], 0
+    while i < len(tree):
+        with contextlib.suppress(OSError):
+            tree += [int(c) for c in Path(f"/proc/{tree[i]}/task/{tree[i]}/children").read_text().split()]
+        i += 1
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_gang_restart_after_one_node_is_lost_resumes_the_run_with_the_uninterrupted_result(
+    one_node_two_processes, ddp_tiny, tmp_path
+):
+    """The JobSet's gang restart (deploy/kubernetes/jobset): 2 torchrun nodes of 1 process, node 1 lost with all its
+    processes (SIGKILL) in the middle of the second epoch, node 0 then killed too (the JobSet deletes every pod),
+    and both started again with the same command and the JobSet's PROJECT_JOB_ID (the run's name, the same at every
+    restart): the gang resumes the run in place from the first epoch's last.ckpt and ends with the result of the
+    uninterrupted 1 node x 2 processes run."""
+    (jobset,) = [d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/jobset/jobset.yaml").read_text())
+                 if d["kind"] == "JobSet"]  # fmt: skip
+    (container,) = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    job_id = next(e["value"] for e in container["env"] if e["name"] == "PROJECT_JOB_ID")
+    ready, sent = tmp_path / "ready", tmp_path / "sent"
+    env = with_site(clean_env(PROJECT_JOB_ID=job_id), ddp_tiny["site"])
+    env.update(SIGNAL_AT="8", SIGNAL_READY=str(ready), SIGNAL_SENT=str(sent))  # step 8: epoch 2's second step
+    args = [*ddp_args(tmp_path, ddp_tiny, "logs", devices=1, nodes=2), "--trainer.callbacks+=helpers.WaitForSignal"]
+    _, port = free_port_for_slurm()
+
+    def start(node: int) -> subprocess.Popen:
+        command = [sys.executable, "-m", "project.cli.torchrun", *job_torchrun_args(node, port), *args]
+        return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)  # fmt: skip
+
+    nodes = [start(0), start(1)]
+    deadline = time.monotonic() + 180
+    while not ready.exists():
+        assert all(p.poll() is None for p in nodes) and time.monotonic() < deadline, "the gang never reached step 8"
+        time.sleep(0.1)
+    (run,) = run_dirs(tmp_path / "logs")
+    assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "results.json").exists()
+    for node in (1, 0):  # node 1 lost, then the gang's other pod deleted
+        kill_tree(nodes[node].pid)
+        nodes[node].communicate(timeout=60)
+    sent.touch()  # the restarted gang does not wait at step 8
+    outs = wait_all([start(0), start(1)])
+    check_same_as_reference(tmp_path / "logs", one_node_two_processes, outs)
+    assert (run / "config-resume-1.yaml").is_file()  # resumed in place
 
 
 def test_an_image_folder_under_ddp_gives_every_rank_the_same_classes_split_and_statistics(tmp_path):
