@@ -28,25 +28,26 @@ open files.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
 from torch.utils.data import Dataset
 
+# Re-exported: where the decoding lives (light, for its helper process) and its limits.
+from project.decode import (  # noqa: F401
+    BACKGROUND,
+    DECODE_TIMEOUT_S,
+    IMAGE_FORMATS,
+    MAX_PIXELS,
+    as_seen,
+    fit_to,
+    load_image,
+    open_image,
+)
 from project.errors import ConfigError, UserError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
-# The formats Pillow may identify a file as, whatever its name: the documented ones only. Without ``formats=``
-# Pillow tries every plugin it has, EPS among them, which starts Ghostscript on a PostScript file named cat.png.
-IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM")  # PPM: also PGM, PBM
-MAX_PIXELS = 4096 * 4096  # far above any recipe input; refused before decoding
-BACKGROUND = "white"  # what transparent pixels are composited over
-_SIXTEEN_BIT = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
-_ALPHA = {"LA", "La", "PA", "RGBA", "RGBa"}
 
 
 def image_files(inputs: Sequence[str | Path]) -> list[Path]:
@@ -68,73 +69,13 @@ def image_files(inputs: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def as_seen(img: Image.Image) -> Image.Image:
-    """``img`` as a person sees it, as an 8-bit ``L`` or ``RGB`` image of the same size after EXIF rotation.
-
-    16-bit modes are scaled (65535 -> 255, rounded), ``F`` is taken as 0.0..1.0, transparency is composited over
-    :data:`BACKGROUND`, EXIF orientation is applied; see the module docstring.
-
-    Raises:
-        ValueError, OSError: Pillow cannot convert this mode.
-    """
-    img = ImageOps.exif_transpose(img)
-    if img.mode in _SIXTEEN_BIT:
-        wide = img.convert("I")
-        img = wide.point(lambda v: v * (255 / 65535) + 0.5).convert("L")  # convert("L") clips
-        if isinstance(key := wide.info.get("transparency"), int):  # a 16-bit transparent value: alpha from it
-            img.info.pop("transparency", None)
-            img.putalpha(Image.fromarray((np.asarray(wide) != key).astype(np.uint8) * 255))
-    elif img.mode == "F":
-        img = img.point(lambda v: v * 255).convert("L")  # F -> L rounds and clips
-    if img.mode in _ALPHA or "transparency" in img.info:
-        rgba = img.convert("RGBA")
-        img = Image.alpha_composite(Image.new("RGBA", rgba.size, BACKGROUND), rgba).convert("RGB")
-    if img.mode not in ("L", "RGB"):
-        img = img.convert("L" if img.mode in ("1", "L") else "RGB")  # "1" -> 0/255; P, CMYK, YCbCr -> RGB
-    return img
-
-
-def fit_to(img: Image.Image, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
-    """``img`` brought to ``size`` (W, H), bilinear: ``stretch`` scales the whole picture (aspect ratio not kept);
-    ``crop`` scales it to cover ``size`` and cuts out the centre (torchvision's ``Resize`` + ``CenterCrop``); ``pad``
-    scales it to fit inside and fills the rest with black (torchvision's ``Pad``, fill 0)."""
-    if resize == "crop":
-        return ImageOps.fit(img, size, Image.Resampling.BILINEAR)
-    if resize == "pad":
-        return ImageOps.pad(img, size, Image.Resampling.BILINEAR, color=0)
-    return img.resize(size, Image.Resampling.BILINEAR)
-
-
-def load_image(path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
-    """Open ``path`` as a ``mode`` (``L`` or ``RGB``) image of ``size`` (W, H) pixels, as a person sees it
-    (:func:`as_seen`), brought to that size by ``resize`` (:func:`fit_to`). The file is closed on return.
-
-    Raises:
-        UserError: not an image in one of :data:`IMAGE_FORMATS` (whatever its name says), truncated, or more than
-            :data:`MAX_PIXELS` pixels.
-    """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path, formats=IMAGE_FORMATS) as img:
-                if img.width * img.height > MAX_PIXELS:
-                    raise UserError(f"{path}: {img.width}x{img.height} pixels is more than {MAX_PIXELS}; refused")
-                img.load()
-                return fit_to(as_seen(img).convert(mode), size, resize)
-    except UnidentifiedImageError:
-        raise UserError(f"{path}: not an image in a format predict reads ({', '.join(IMAGE_FORMATS)})") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise UserError(f"{path}: refused as a decompression bomb ({e})") from None
-    except (OSError, SyntaxError, ValueError) as e:
-        raise UserError(f"{path}: unreadable image ({e})") from None
-
-
 class ImageFiles(Dataset):
     """Readable image files as float tensors (C, H, W), read one file at a time.
 
-    Building the dataset reads every file once, in order, to sort the readable from the refused; only the paths
-    are kept. ``self[i]`` reads ``files[i]`` again (in a DataLoader worker when there are workers), so memory and
-    open files stay bounded whatever the number of files, and pickling the dataset to workers sends paths only.
+    Building the dataset reads every file once, in order, to sort the readable from the refused (decoded within
+    :data:`DECODE_TIMEOUT_S` seconds each: :func:`load_image`); only the paths are kept. ``self[i]`` reads
+    ``files[i]`` again (in a DataLoader worker when there are workers), so memory and open files stay bounded
+    whatever the number of files, and pickling the dataset to workers sends paths only.
 
     Args:
         files: image paths (see :func:`image_files` to expand folders).
@@ -172,4 +113,5 @@ class ImageFiles(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return self.transform(load_image(self.files[i], self.mode, self.size, self.resize))
+        # in this process (a DataLoader worker may start no helper): the file decoded within the bound at the scan
+        return self.transform(open_image(self.files[i], self.mode, self.size, self.resize))

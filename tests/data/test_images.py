@@ -168,3 +168,30 @@ def test_only_the_listed_formats_are_opened_whatever_the_name(name, content, tmp
     for fmt in ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM"):  # the listed formats, under any name
         Image.new("L", (28, 28), 200).save(tmp_path / f"ok.{fmt}", format=fmt)
         assert load_image(tmp_path / f"ok.{fmt}", "L", (28, 28)).getpixel((3, 3)) in range(195, 206)
+
+
+def test_a_small_file_that_decodes_slowly_is_refused_by_the_time_bound(tmp_path, monkeypatch):
+    """A 58 KB PNG of 4096 x 4096 pixels takes about 0.4 s to decode and bring to 28 x 28 here; under a bound of
+    0.1 s its helper process is killed and the file refused with a line naming it, and the next file decodes in a
+    new helper (predict's scan, ImageFiles). In an image folder the same file stops the data with one DataError."""
+    from tiny_data import make_image_folder
+
+    import project.decode
+    from project.data import ImageFolderDataModule
+    from project.data.images import ImageFiles
+    from project.errors import DataError
+
+    slow, fine = tmp_path / "slow.png", tmp_path / "fine.png"
+    Image.new("RGB", (4096, 4096), (120, 30, 200)).save(slow)
+    Image.new("L", (8, 8), 200).save(fine)
+    assert slow.stat().st_size < 100_000
+    monkeypatch.setattr(project.decode, "DECODE_TIMEOUT_S", 0.1)
+    dataset = ImageFiles([slow, fine, slow], (1, 28, 28), lambda image: np.asarray(image))
+    assert dataset.files == [fine] and [path for path, _ in dataset.refused] == [slow, slow]
+    assert all("decoding took more than 0.1 s; refused" in why for _, why in dataset.refused)
+    assert dataset[0].shape == (28, 28) and (dataset[0] == 200).all()
+    folder = make_image_folder(tmp_path / "images", per_class=4, splits=("train",))
+    (folder / "train" / "cat" / "slow.png").write_bytes(slow.read_bytes())
+    with pytest.raises(DataError, match=r"cat/slow\.png: decoding took more than 0\.1 s"):
+        ImageFolderDataModule(data_dir=str(folder)).prepare_data()
+    assert not (folder / ".cache").exists() or not list((folder / ".cache").glob("images-*.pt"))

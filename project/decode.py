@@ -1,0 +1,194 @@
+"""Decoding one image file from elsewhere, as a person sees it, in bounded memory and bounded time.
+
+Light on purpose (Pillow and NumPy only, no torch): :class:`BoundedDecoder`'s helper process imports this module
+alone, so it starts in a fraction of a second.
+
+**Memory**: a file that declares more than :data:`MAX_PIXELS` pixels (a "decompression bomb") is refused before any
+pixel is decoded. **Time**: Pillow's decoders run in C and cannot be interrupted from Python, and some small files take
+long to decode (a progressive JPEG of many scans: each scan passes over the whole picture). :class:`BoundedDecoder`
+decodes in a helper process and kills it when one file takes more than :data:`DECODE_TIMEOUT_S` seconds: that file is
+refused with a line naming it, and the next one gets a new helper. :func:`load_image` goes through one such helper
+per process. **Formats**: only :data:`IMAGE_FORMATS` are opened, whatever a file's name says (Pillow's ``formats=``).
+
+What "as a person sees it" means: :func:`as_seen` (EXIF orientation, 16-bit, transparency over white; see
+:mod:`project.data.images`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import warnings
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from project.errors import UserError
+
+# The formats Pillow may identify a file as, whatever its name: the documented ones only. Without ``formats=``
+# Pillow tries every plugin it has, EPS among them, which starts Ghostscript on a PostScript file named cat.png.
+IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM")  # PPM: also PGM, PBM
+MAX_PIXELS = 4096 * 4096  # far above any recipe input; refused before decoding
+BACKGROUND = "white"  # what transparent pixels are composited over
+_SIXTEEN_BIT = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+_ALPHA = {"LA", "La", "PA", "RGBA", "RGBa"}
+
+
+def as_seen(img: Image.Image) -> Image.Image:
+    """``img`` as a person sees it, as an 8-bit ``L`` or ``RGB`` image of the same size after EXIF rotation.
+
+    16-bit modes are scaled (65535 -> 255, rounded), ``F`` is taken as 0.0..1.0, transparency is composited over
+    :data:`BACKGROUND`, EXIF orientation is applied; see the module docstring.
+
+    Raises:
+        ValueError, OSError: Pillow cannot convert this mode.
+    """
+    img = ImageOps.exif_transpose(img)
+    if img.mode in _SIXTEEN_BIT:
+        wide = img.convert("I")
+        img = wide.point(lambda v: v * (255 / 65535) + 0.5).convert("L")  # convert("L") clips
+        if isinstance(key := wide.info.get("transparency"), int):  # a 16-bit transparent value: alpha from it
+            img.info.pop("transparency", None)
+            img.putalpha(Image.fromarray((np.asarray(wide) != key).astype(np.uint8) * 255))
+    elif img.mode == "F":
+        img = img.point(lambda v: v * 255).convert("L")  # F -> L rounds and clips
+    if img.mode in _ALPHA or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        img = Image.alpha_composite(Image.new("RGBA", rgba.size, BACKGROUND), rgba).convert("RGB")
+    if img.mode not in ("L", "RGB"):
+        img = img.convert("L" if img.mode in ("1", "L") else "RGB")  # "1" -> 0/255; P, CMYK, YCbCr -> RGB
+    return img
+
+
+def fit_to(img: Image.Image, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
+    """``img`` brought to ``size`` (W, H), bilinear: ``stretch`` scales the whole picture (aspect ratio not kept);
+    ``crop`` scales it to cover ``size`` and cuts out the centre (torchvision's ``Resize`` + ``CenterCrop``); ``pad``
+    scales it to fit inside and fills the rest with black (torchvision's ``Pad``, fill 0)."""
+    if resize == "crop":
+        return ImageOps.fit(img, size, Image.Resampling.BILINEAR)
+    if resize == "pad":
+        return ImageOps.pad(img, size, Image.Resampling.BILINEAR, color=0)
+    return img.resize(size, Image.Resampling.BILINEAR)
+
+
+def open_image(path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
+    """Open ``path`` as a ``mode`` (``L`` or ``RGB``) image of ``size`` (W, H) pixels, as a person sees it
+    (:func:`as_seen`), brought to that size by ``resize`` (:func:`fit_to`). The file is closed on return.
+
+    Raises:
+        UserError: not an image in one of :data:`IMAGE_FORMATS` (whatever its name says), truncated, or more than
+            :data:`MAX_PIXELS` pixels.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path, formats=IMAGE_FORMATS) as img:
+                if img.width * img.height > MAX_PIXELS:
+                    raise UserError(f"{path}: {img.width}x{img.height} pixels is more than {MAX_PIXELS}; refused")
+                img.load()
+                return fit_to(as_seen(img).convert(mode), size, resize)
+    except UnidentifiedImageError:
+        raise UserError(f"{path}: not an image in a format predict reads ({', '.join(IMAGE_FORMATS)})") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise UserError(f"{path}: refused as a decompression bomb ({e})") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise UserError(f"{path}: unreadable image ({e})") from None
+
+
+DECODE_TIMEOUT_S = 10.0  # seconds one file may take to decode (a 4096 x 4096 picture takes well under 1 s)
+_START_TIMEOUT_S = 120.0  # the helper's own start (an interpreter importing Pillow and NumPy), on a loaded machine
+
+
+def _serve(conn: Connection) -> None:
+    """The helper process: decode each ``(path, mode, size, resize)`` request with :func:`open_image` and send back
+    ``("ok", mode, size, pixels)`` or ``("refused", message)``; ends when the parent's end of the pipe closes."""
+    conn.send(("ready",))
+    while True:
+        try:
+            path, mode, size, resize = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            image = open_image(Path(path), mode, size, resize)
+            conn.send(("ok", image.mode, image.size, image.tobytes()))
+        except UserError as e:
+            conn.send(("refused", str(e)))
+
+
+class BoundedDecoder:
+    """:func:`open_image` in a helper process that is killed when one file takes more than ``timeout`` seconds.
+
+    The helper is a fresh interpreter (``spawn``: the caller's threads are not copied) that imports this module only;
+    it starts at the first request and again after a kill, and ends with :meth:`close` or when this process's end of
+    the pipe closes (this process exiting, or killed).
+
+    Raises:
+        UserError: from :meth:`load`: the file is not a readable image of :data:`IMAGE_FORMATS` within
+            :data:`MAX_PIXELS`, or it took more than ``timeout`` seconds to decode (refused, naming it).
+    """
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout
+        self._process: Any = None
+        self._conn: Connection | None = None
+
+    def _start(self) -> Connection:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=_serve, args=(child,), daemon=True, name="image-decoder")
+        process.start()
+        child.close()
+        if not parent.poll(_START_TIMEOUT_S):
+            process.kill()
+            raise UserError(f"the image decoding helper did not start within {_START_TIMEOUT_S:g} s")
+        parent.recv()
+        self._process, self._conn = process, parent
+        return parent
+
+    def load(self, path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
+        """``open_image(path, mode, size, resize)``, decoded by the helper within the time bound."""
+        conn = self._conn or self._start()
+        timeout = DECODE_TIMEOUT_S if self.timeout is None else self.timeout
+        conn.send((str(path), mode, size, resize))
+        if not conn.poll(timeout):
+            self.close(kill=True)
+            raise UserError(f"{path}: decoding took more than {timeout:g} s; refused (a file built to decode slowly?)")
+        try:
+            reply = conn.recv()
+        except EOFError:  # the helper died (killed from outside, out of memory)
+            self.close(kill=True)
+            raise UserError(f"{path}: the image decoder ended while decoding it; refused") from None
+        if reply[0] == "refused":
+            raise UserError(reply[1])
+        _, got_mode, got_size, pixels = reply
+        return Image.frombytes(got_mode, got_size, pixels)
+
+    def close(self, kill: bool = False) -> None:
+        """End the helper (at once with ``kill``; else by closing its pipe)."""
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if conn is not None:
+            conn.close()
+        if process is not None:
+            if kill:
+                process.kill()
+            process.join(timeout=10)
+
+
+_decoder = BoundedDecoder()
+atexit.register(_decoder.close)
+
+
+def load_image(path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
+    """Open ``path`` as a ``mode`` (``L`` or ``RGB``) image of ``size`` (W, H) pixels, as a person sees it
+    (:func:`as_seen`), brought to that size by ``resize`` (:func:`fit_to`), decoded within :data:`DECODE_TIMEOUT_S`
+    seconds by this process's :class:`BoundedDecoder`.
+
+    Raises:
+        UserError: not an image in one of :data:`IMAGE_FORMATS` (whatever its name says), truncated, more than
+            :data:`MAX_PIXELS` pixels, or over the time bound.
+    """
+    return _decoder.load(path, mode, size, resize)
