@@ -17,8 +17,10 @@ What "as a person sees it" means: :func:`as_seen` (EXIF orientation, 16-bit, tra
 from __future__ import annotations
 
 import atexit
+import collections
 import multiprocessing
 import warnings
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,7 @@ def open_image(path: Path, mode: str, size: tuple[int, int], resize: str = "stre
 
 
 DECODE_TIMEOUT_S = 10.0  # seconds one file may take to decode (a 4096 x 4096 picture takes well under 1 s)
+WINDOW = 64  # requests sent ahead of the helper's answers (each under 200 bytes: the pipe never fills with them)
 _START_TIMEOUT_S = 120.0  # the helper's own start (an interpreter importing Pillow and NumPy), on a loaded machine
 
 
@@ -148,23 +151,72 @@ class BoundedDecoder:
         self._process, self._conn = process, parent
         return parent
 
+    def load_all(
+        self, paths: Iterable[Path], mode: str, size: tuple[int, int], resize: str = "stretch"
+    ) -> Iterator[tuple[Path, Image.Image | UserError]]:
+        """Each of ``paths``, in order, with ``open_image(path, mode, size, resize)``'s picture or the
+        :class:`~project.errors.UserError` that refuses it. Requests go :data:`WINDOW` ahead, so that the helper never
+        waits for the next one; the bound holds for each file (its picture must come within the bound of the
+        previous one's). After a kill the files still asked for go to a new helper."""
+        timeout = DECODE_TIMEOUT_S if self.timeout is None else self.timeout
+        todo, asked = iter(paths), collections.deque[Path]()
+        try:
+            yield from self._answers(todo, asked, timeout, mode, size, resize)
+        finally:
+            if asked:  # left before every answer came (the caller stopped): answers must not reach the next caller
+                self.close(kill=True)
+
+    def _answers(
+        self,
+        todo: Iterator[Path],
+        asked: collections.deque[Path],
+        timeout: float,
+        mode: str,
+        size: tuple[int, int],
+        resize: str,
+    ) -> Iterator[tuple[Path, Image.Image | UserError]]:
+        while True:
+            conn = self._conn or self._start()
+            while len(asked) < WINDOW and (path := next(todo, None)) is not None:
+                conn.send((str(path), mode, size, resize))
+                asked.append(path)
+            if not asked:
+                return
+            path = asked.popleft()
+            if not conn.poll(timeout):
+                self._restart_with(asked, mode, size, resize)
+                yield (
+                    path,
+                    UserError(f"{path}: decoding took more than {timeout:g} s; refused (built to decode slowly?)"),
+                )
+                continue
+            try:
+                reply = conn.recv()
+            except EOFError:  # the helper died (killed from outside, out of memory)
+                self._restart_with(asked, mode, size, resize)
+                yield path, UserError(f"{path}: the image decoder ended while decoding it; refused")
+                continue
+            if reply[0] == "refused":
+                yield path, UserError(reply[1])
+            else:
+                _, got_mode, got_size, pixels = reply
+                yield path, Image.frombytes(got_mode, got_size, pixels)
+
+    def _restart_with(self, asked: collections.deque[Path], mode: str, size: tuple[int, int], resize: str) -> None:
+        """Kill the helper; a new one gets the requests the old one had not answered."""
+        self.close(kill=True)
+        if not asked:
+            return
+        conn = self._start()
+        for path in asked:
+            conn.send((str(path), mode, size, resize))
+
     def load(self, path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
         """``open_image(path, mode, size, resize)``, decoded by the helper within the time bound."""
-        conn = self._conn or self._start()
-        timeout = DECODE_TIMEOUT_S if self.timeout is None else self.timeout
-        conn.send((str(path), mode, size, resize))
-        if not conn.poll(timeout):
-            self.close(kill=True)
-            raise UserError(f"{path}: decoding took more than {timeout:g} s; refused (a file built to decode slowly?)")
-        try:
-            reply = conn.recv()
-        except EOFError:  # the helper died (killed from outside, out of memory)
-            self.close(kill=True)
-            raise UserError(f"{path}: the image decoder ended while decoding it; refused") from None
-        if reply[0] == "refused":
-            raise UserError(reply[1])
-        _, got_mode, got_size, pixels = reply
-        return Image.frombytes(got_mode, got_size, pixels)
+        ((_, got),) = self.load_all([path], mode, size, resize)
+        if isinstance(got, UserError):
+            raise got
+        return got
 
     def close(self, kill: bool = False) -> None:
         """End the helper (at once with ``kill``; else by closing its pipe)."""
@@ -192,3 +244,12 @@ def load_image(path: Path, mode: str, size: tuple[int, int], resize: str = "stre
             :data:`MAX_PIXELS` pixels, or over the time bound.
     """
     return _decoder.load(path, mode, size, resize)
+
+
+def load_images(
+    paths: Iterable[Path], mode: str, size: tuple[int, int], resize: str = "stretch"
+) -> Iterator[tuple[Path, Image.Image | UserError]]:
+    """:func:`load_image` of each of ``paths``, in order, pipelined through this process's helper
+    (:meth:`BoundedDecoder.load_all`): each path with its picture or the :class:`~project.errors.UserError` that
+    refuses it."""
+    return _decoder.load_all(paths, mode, size, resize)

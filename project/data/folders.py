@@ -59,7 +59,7 @@ from torchvision import transforms as T
 from project.adapters import to_builtin
 from project.data.base import DEFAULT_DATA_DIR, DEFAULT_VAL_SIZE, VisionDataModule
 from project.data.folds import fold_split
-from project.data.images import IMAGE_SUFFIXES, load_image
+from project.data.images import IMAGE_SUFFIXES, load_images
 from project.errors import ConfigError, DataError, UserError
 
 log = logging.getLogger(__name__)
@@ -282,12 +282,10 @@ class ImageFolderDataModule(VisionDataModule):
         channels, height, width = self.input_shape
         mode = "L" if channels == 1 else "RGB"
         out = np.empty((len(files), height, width, channels), dtype=np.uint8)
-        for i, path in enumerate(files):
-            try:
-                image = load_image(path, mode, (width, height), self.resize)
-            except UserError as e:
+        for i, (_, image) in enumerate(load_images(files, mode, (width, height), self.resize)):
+            if isinstance(image, UserError):
                 raise DataError(
-                    f"{e}; fix or remove the file (a training set missing images is another experiment)"
+                    f"{image}; fix or remove the file (a training set missing images is another experiment)"
                 ) from None
             out[i] = np.asarray(image).reshape(height, width, channels)
         return out[..., 0] if channels == 1 else out

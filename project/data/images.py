@@ -43,6 +43,7 @@ from project.decode import (  # noqa: F401
     as_seen,
     fit_to,
     load_image,
+    load_images,
     open_image,
 )
 from project.errors import ConfigError, UserError
@@ -101,13 +102,11 @@ class ImageFiles(Dataset):
         self.transform = transform
         self.files: list[Path] = []
         self.refused: list[tuple[Path, str]] = []
-        for path in map(Path, files):
-            try:
-                load_image(path, self.mode, self.size, self.resize)
-            except UserError as e:
-                self.refused.append((path, str(e)))
-                continue
-            self.files.append(path)
+        for path, image in load_images(map(Path, files), self.mode, self.size, self.resize):
+            if isinstance(image, UserError):
+                self.refused.append((path, str(image)))
+            else:
+                self.files.append(path)
 
     def __len__(self) -> int:
         return len(self.files)

@@ -20,7 +20,7 @@ from tiny_data import make_image_folder
 from project import evaluate, predict
 from project.data import FashionMNISTDataModule, ImageFolderDataModule
 from project.data import folders as folders_mod
-from project.data.images import load_image
+from project.data.images import load_images
 from project.errors import ConfigError, DataError
 
 CLASSES = ["cat", "dog", "frog"]
@@ -138,12 +138,13 @@ def test_the_cache_is_read_on_the_next_run_and_rebuilt_when_a_file_changes(tmp_p
 
     decoded = []
 
-    def counted(path, *args, **kwargs):
-        decoded.append(path)
-        return load_image(path, *args, **kwargs)
+    def counted(paths, *args, **kwargs):
+        paths = list(paths)
+        decoded.extend(paths)
+        return load_images(paths, *args, **kwargs)
 
     with monkeypatch.context() as mp:
-        mp.setattr(folders_mod, "load_image", counted)
+        mp.setattr(folders_mod, "load_images", counted)
         dm = ImageFolderDataModule(data_dir=str(data))
         dm.setup("fit")
         assert len(dm.train_set) == 120
