@@ -7,7 +7,7 @@ alone, so it starts in a fraction of a second.
 pixel is decoded. **Time**: Pillow's decoders run in C and cannot be interrupted from Python, and some small files take
 long to decode (a progressive JPEG of many scans: each scan passes over the whole picture). :class:`BoundedDecoder`
 decodes in a helper process and kills it when one file takes more than :data:`DECODE_TIMEOUT_S` seconds: that file is
-refused with a line naming it, and the next one gets a new helper. :func:`load_image` goes through one such helper
+refused with a line naming it, and the next one gets a new helper. :func:`load_images` goes through one such helper
 per process. **Formats**: only :data:`IMAGE_FORMATS` are opened, whatever a file's name says (Pillow's ``formats=``).
 
 What "as a person sees it" means: :func:`as_seen` (EXIF orientation, 16-bit, transparency over white; see
@@ -128,9 +128,9 @@ class BoundedDecoder:
     it starts at the first request and again after a kill, and ends with :meth:`close` or when this process's end of
     the pipe closes (this process exiting, or killed).
 
-    Raises:
-        UserError: from :meth:`load`: the file is not a readable image of :data:`IMAGE_FORMATS` within
-            :data:`MAX_PIXELS`, or it took more than ``timeout`` seconds to decode (refused, naming it).
+    :meth:`load_all` yields, for each file it refuses, the :class:`~project.errors.UserError` naming it: not a
+    readable image of :data:`IMAGE_FORMATS` within :data:`MAX_PIXELS`, or more than ``timeout`` seconds to decode.
+    A helper that does not start within 120 s raises that error from :meth:`load_all`.
     """
 
     def __init__(self, timeout: float | None = None) -> None:
@@ -211,13 +211,6 @@ class BoundedDecoder:
         for path in asked:
             conn.send((str(path), mode, size, resize))
 
-    def load(self, path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
-        """``open_image(path, mode, size, resize)``, decoded by the helper within the time bound."""
-        ((_, got),) = self.load_all([path], mode, size, resize)
-        if isinstance(got, UserError):
-            raise got
-        return got
-
     def close(self, kill: bool = False) -> None:
         """End the helper (at once with ``kill``; else by closing its pipe)."""
         process, conn = self._process, self._conn
@@ -234,22 +227,11 @@ _decoder = BoundedDecoder()
 atexit.register(_decoder.close)
 
 
-def load_image(path: Path, mode: str, size: tuple[int, int], resize: str = "stretch") -> Image.Image:
-    """Open ``path`` as a ``mode`` (``L`` or ``RGB``) image of ``size`` (W, H) pixels, as a person sees it
-    (:func:`as_seen`), brought to that size by ``resize`` (:func:`fit_to`), decoded within :data:`DECODE_TIMEOUT_S`
-    seconds by this process's :class:`BoundedDecoder`.
-
-    Raises:
-        UserError: not an image in one of :data:`IMAGE_FORMATS` (whatever its name says), truncated, more than
-            :data:`MAX_PIXELS` pixels, or over the time bound.
-    """
-    return _decoder.load(path, mode, size, resize)
-
-
 def load_images(
     paths: Iterable[Path], mode: str, size: tuple[int, int], resize: str = "stretch"
 ) -> Iterator[tuple[Path, Image.Image | UserError]]:
-    """:func:`load_image` of each of ``paths``, in order, pipelined through this process's helper
+    """:func:`open_image` of each of ``paths`` (as a person sees it, brought to ``size`` (W, H) by ``resize``),
+    decoded within :data:`DECODE_TIMEOUT_S` seconds each, in order, pipelined through this process's helper
     (:meth:`BoundedDecoder.load_all`): each path with its picture or the :class:`~project.errors.UserError` that
     refuses it."""
     return _decoder.load_all(paths, mode, size, resize)

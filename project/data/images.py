@@ -42,7 +42,6 @@ from project.decode import (  # noqa: F401
     MAX_PIXELS,
     as_seen,
     fit_to,
-    load_image,
     load_images,
     open_image,
 )
@@ -74,7 +73,7 @@ class ImageFiles(Dataset):
     """Readable image files as float tensors (C, H, W), read one file at a time.
 
     Building the dataset reads every file once, in order, to sort the readable from the refused (decoded within
-    :data:`DECODE_TIMEOUT_S` seconds each: :func:`load_image`); only the paths are kept. ``self[i]`` reads
+    :data:`DECODE_TIMEOUT_S` seconds each: :func:`load_images`); only the paths are kept. ``self[i]`` reads
     ``files[i]`` again (in a DataLoader worker when there are workers), so memory and open files stay bounded
     whatever the number of files, and pickling the dataset to workers sends paths only.
 

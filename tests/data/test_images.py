@@ -12,7 +12,7 @@ from PIL import Image
 from tiny_data import learnable_images
 
 from project import predict
-from project.data.images import load_image
+from project.data.images import open_image
 from project.errors import UserError
 
 RNG = np.random.default_rng(7)
@@ -24,7 +24,7 @@ COLOUR[0, 0], COLOUR[0, 1] = 0, 255
 
 def _seen(path, mode="L"):
     size = (28, 28)
-    return np.asarray(load_image(path, mode, size)).astype(int)
+    return np.asarray(open_image(path, mode, size)).astype(int)
 
 
 def _save(img, path, **kw):
@@ -164,10 +164,10 @@ def test_only_the_listed_formats_are_opened_whatever_the_name(name, content, tmp
     with pytest.raises(
         UserError, match=r"not an image in a format predict reads \(PNG, JPEG, BMP, GIF, WEBP, TIFF, PPM\)"
     ):
-        load_image(path, "L", (28, 28))
+        open_image(path, "L", (28, 28))
     for fmt in ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM"):  # the listed formats, under any name
         Image.new("L", (28, 28), 200).save(tmp_path / f"ok.{fmt}", format=fmt)
-        assert load_image(tmp_path / f"ok.{fmt}", "L", (28, 28)).getpixel((3, 3)) in range(195, 206)
+        assert open_image(tmp_path / f"ok.{fmt}", "L", (28, 28)).getpixel((3, 3)) in range(195, 206)
 
 
 def test_a_small_file_that_decodes_slowly_is_refused_by_the_time_bound(tmp_path, monkeypatch):
