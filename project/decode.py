@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import collections
 import multiprocessing
+import signal
 import warnings
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
@@ -108,6 +109,7 @@ _START_TIMEOUT_S = 120.0  # the helper's own start (an interpreter importing Pil
 def _serve(conn: Connection) -> None:
     """The helper process: decode each ``(path, mode, size, resize)`` request with :func:`open_image` and send back
     ``("ok", mode, size, pixels)`` or ``("refused", message)``; ends when the parent's end of the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent handles it
     conn.send(("ready",))
     while True:
         try:

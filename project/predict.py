@@ -11,9 +11,10 @@ module's own evaluation transform (``ToTensor`` + ``Normalize``). Writes a CSV: 
 batches are classified (through an exclusive temporary file renamed at the end, never through a link), and files
 are read one at a time, so any number of inputs takes bounded memory and open files.
 
-Images are input from elsewhere: a file that is not an image, is truncated, or declares more than
-``MAX_PIXELS`` pixels (a "decompression bomb") gets one ``error:`` line naming it and is skipped; the others
-are still classified, and the exit status is 1.
+Images are input from elsewhere: a file that is not an image, is truncated, declares more than ``MAX_PIXELS``
+pixels (a "decompression bomb") or takes more than ``DECODE_TIMEOUT_S`` seconds to decode (in a helper process,
+:mod:`project.decode`) gets one ``error:`` line naming it and is skipped; the others are still classified, and the
+exit status is 1.
 """
 
 from __future__ import annotations
