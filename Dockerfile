@@ -36,18 +36,20 @@ ARG PIP_CONFIG_FILE
 COPY requirements.lock pyproject.toml deploy/docker/runtime_lock.py ./
 # The runtime dependencies of pyproject.toml and its `postgres` extra (a sweep's shared study:
 # --storage postgresql+psycopg2://...), not the test extra, each at its locked version and each file checked against
-# the lock's sha256 hashes: pip resolves which of the lock's packages they need (a dry run, the lock as constraints),
+# the lock's sha256 hashes: pip resolves which of the lock's packages they need (a dry run, the lock's pins as
+# constraints: with the hashes in, Debian's pip 23 would ask the requirements themselves to be pinned),
 # runtime_lock.py takes those pins with their hashes out of the lock, and pip installs exactly them with
 # --require-hashes --no-deps (a file whose hash the lock does not list is refused). This layer changes only with the
 # lock or pyproject.toml; a code change rebuilds the small layers below it only.
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(['pip', 'setuptools'] + p['dependencies'] + p['optional-dependencies']['postgres']))" \
         > /tmp/requirements.in \
+    && sed -e '/--hash=/d' -e 's/ \\$//' requirements.lock > /tmp/constraints.txt \
     && pip install --no-cache-dir --dry-run --ignore-installed --quiet --report /tmp/resolved.json \
-        -c requirements.lock -r /tmp/requirements.in \
+        -c /tmp/constraints.txt -r /tmp/requirements.in \
     && python runtime_lock.py requirements.lock /tmp/resolved.json > /tmp/runtime.lock \
     && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/runtime.lock \
-    && rm /tmp/requirements.in /tmp/resolved.json /tmp/runtime.lock runtime_lock.py
+    && rm /tmp/requirements.in /tmp/constraints.txt /tmp/resolved.json /tmp/runtime.lock runtime_lock.py
 COPY README.md ./
 COPY project/ project/
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . \

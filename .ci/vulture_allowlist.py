@@ -65,3 +65,4 @@ _.on_train_batch_end  # project/cluster/stop.py: Lightning callback hooks
 _.on_validation_start
 _.on_test_start
 _.on_test_batch_end
+_serve_fd  # project/decode.py: the decoding helper's entry point, named in its command line

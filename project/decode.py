@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import atexit
 import collections
-import multiprocessing
 import signal
+import socket
+import subprocess  # nosec B404  # the decoding helper: this interpreter, a fixed command
+import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
@@ -106,6 +108,11 @@ WINDOW = 64  # requests sent ahead of the helper's answers (each under 200 bytes
 _START_TIMEOUT_S = 120.0  # the helper's own start (an interpreter importing Pillow and NumPy), on a loaded machine
 
 
+def _serve_fd(fd: int) -> None:
+    """The helper process's entry point: :func:`_serve` on the socket ``fd`` its parent passed."""
+    _serve(Connection(fd))
+
+
 def _serve(conn: Connection) -> None:
     """The helper process: decode each ``(path, mode, size, resize)`` request with :func:`open_image` and send back
     ``("ok", mode, size, pixels)`` or ``("refused", message)``; ends when the parent's end of the pipe closes."""
@@ -126,9 +133,9 @@ def _serve(conn: Connection) -> None:
 class BoundedDecoder:
     """:func:`open_image` in a helper process that is killed when one file takes more than ``timeout`` seconds.
 
-    The helper is a fresh interpreter (``spawn``: the caller's threads are not copied) that imports this module only;
-    it starts at the first request and again after a kill, and ends with :meth:`close` or when this process's end of
-    the pipe closes (this process exiting, or killed).
+    The helper is a fresh interpreter (``python -I``: the caller's threads and settings are not copied) that imports
+    this module only; it starts at the first request and again after a kill, and ends with :meth:`close` or when this
+    process's end of its socket closes (this process exiting, or killed).
 
     :meth:`load_all` yields, for each file it refuses, the :class:`~project.errors.UserError` naming it: not a
     readable image of :data:`IMAGE_FORMATS` within :data:`MAX_PIXELS`, or more than ``timeout`` seconds to decode.
@@ -141,17 +148,28 @@ class BoundedDecoder:
         self._conn: Connection | None = None
 
     def _start(self) -> Connection:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(child,), daemon=True, name="image-decoder")
-        process.start()
-        child.close()
-        if not parent.poll(_START_TIMEOUT_S):
+        # Not multiprocessing's spawn, which imports the caller's __main__ (python -m project.fit: torch, Lightning)
+        # into the helper: a Python in isolated mode (-I: no PYTHON* variables, no user site) that imports this
+        # module alone, from the folder this process imported it from, talking over a socket pair.
+        ours, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[1])
+        fd = theirs.fileno()
+        code = f"import sys; sys.path.insert(0, {root!r}); from project.decode import _serve_fd; _serve_fd({fd})"
+        try:  # this interpreter and a fixed command: nothing from input reaches it
+            process = subprocess.Popen(  # nosec B603
+                [sys.executable, "-I", "-c", code], pass_fds=(fd,), stdin=subprocess.DEVNULL
+            )
+        finally:
+            theirs.close()
+        conn = Connection(ours.detach())
+        if not conn.poll(_START_TIMEOUT_S):
             process.kill()
+            process.wait()
+            conn.close()
             raise UserError(f"the image decoding helper did not start within {_START_TIMEOUT_S:g} s")
-        parent.recv()
-        self._process, self._conn = process, parent
-        return parent
+        conn.recv()
+        self._process, self._conn = process, conn
+        return conn
 
     def load_all(
         self, paths: Iterable[Path], mode: str, size: tuple[int, int], resize: str = "stretch"
@@ -222,7 +240,11 @@ class BoundedDecoder:
         if process is not None:
             if kill:
                 process.kill()
-            process.join(timeout=10)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 _decoder = BoundedDecoder()
