@@ -28,6 +28,7 @@ ROOT_MODULES = {
     # single-job modules
     "adapters",
     "checkpoints",
+    "decode",
     "errors",
 }
 FACES = {
