@@ -27,11 +27,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
-
-
-def canonical(name: str) -> str:
-    """PEP 503 normalised name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+from packaging.utils import canonicalize_name as canonical
 
 
 def main(argv: list[str]) -> int:

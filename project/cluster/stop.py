@@ -28,8 +28,6 @@ another one: both processes hang until the process-group timeout (4 of 4 early s
   is acted on at the next step or the epoch's end; one that comes during the test's last batch or later lets the
   run finish: the report takes seconds.
 
-  A signal that comes during the test's last batch or later lets the run finish: the report takes seconds.
-
 The raise then goes where a SIGTERM always went: :class:`project.cluster.SlurmRequeue` saves ``hpc_ckpt_<k>.ckpt``
 under a job id (a collective every rank reaches), and ``fit`` ends with one ``error: stopped by SIGTERM`` line and
 by SIGTERM itself (exit 143). The resumed run continues after the last complete step or epoch.
@@ -68,6 +66,15 @@ def watch() -> None:
         signal.signal(signal.SIGTERM, _mark)
 
 
+def _reduced(trainer: L.Trainer, value: int, op: Any) -> int:
+    """``value`` reduced by ``op`` over the run's processes (a collective under DDP); ``value`` in one process."""
+    if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+        tensor = torch.tensor([value], device=trainer.strategy.root_device)
+        dist.all_reduce(tensor, op=op)
+        return int(tensor.item())
+    return value
+
+
 class StopOnSignal(Callback):
     """Makes the processes of a run agree on a SIGTERM before Lightning acts on it (see the module docstring for the
     protocol and why). Part of :class:`project.cluster.SlurmRequeue`, which every run has.
@@ -93,11 +100,7 @@ class StopOnSignal(Callback):
     def agree(self, trainer: L.Trainer) -> bool:
         """Whether any process of the run has received SIGTERM (a collective under DDP: every process calls it at
         the same point); if so Lightning's ``received_sigterm`` is set here, on every process."""
-        stop = _pending
-        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            flag = torch.tensor([int(stop)], device=trainer.strategy.root_device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            stop = bool(flag.item())
+        stop = bool(_reduced(trainer, int(_pending), dist.ReduceOp.MAX))
         if stop:
             adapters.set_received_sigterm(trainer)
         return stop
@@ -114,11 +117,7 @@ class StopOnSignal(Callback):
     def _count(self, trainer: L.Trainer, counts: list[int | float]) -> None:
         mine = min(counts, default=0)
         local = int(mine) if math.isfinite(mine) else 0  # a loader without a length: no common points
-        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            common = torch.tensor([local], device=trainer.strategy.root_device)
-            dist.all_reduce(common, op=dist.ReduceOp.MIN)
-            local = int(common.item())
-        self._common_batches = local
+        self._common_batches = _reduced(trainer, local, dist.ReduceOp.MIN)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A validation that follows a step where the processes agreed (val_check_interval) runs to its end: Lightning
