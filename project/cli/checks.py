@@ -26,7 +26,6 @@ from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.loggers import CSVLogger
 
 from project import adapters
-from project.data.base import DEFAULT_VAL_SIZE
 from project.data.folds import check_folds
 from project.errors import ConfigError, yaml_problem
 from project.runs import files, layout
@@ -448,10 +447,10 @@ def check_fold_settings(cfg: Any) -> None:
 
 
 def check_folds_without_val_size(cfg: Any) -> None:
-    """With ``data.folds`` the validation images are a fold, so a ``data.val_size`` other than its default (which
-    the folds do not use; ``None`` for the image-folder data module) is refused rather than silently ignored."""
+    """With ``data.folds`` the validation images are a fold, so any ``data.val_size`` (even one equal to the
+    default an unset one stands for) is refused rather than silently ignored."""
     args = _data_args(cfg)
-    if args.get("folds") is not None and args.get("val_size", DEFAULT_VAL_SIZE) not in (DEFAULT_VAL_SIZE, None):
+    if args.get("folds") is not None and args.get("val_size") is not None:
         raise ConfigError(
             f"data.val_size: {args.get('val_size')} with data.folds: {args.get('folds')}; with folds each validation "
             "set is one fold (1/folds of the training images): drop data.val_size, or data.folds for a plain split"

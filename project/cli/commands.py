@@ -34,7 +34,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from project import adapters, checkpoints
 from project.cli.entry import exception_chain, quiet_library_banners, run_main
 from project.cli.parser import ProjectCLI
-from project.data.base import DEFAULT_DATA_DIR
+from project.data.base import DEFAULT_DATA_DIR, DEFAULT_VAL_SIZE
 from project.errors import ConfigError, DataError
 from project.runs import layout, read, trust
 
@@ -228,12 +228,14 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
         ConfigError, jsonargparse.ArgumentError: the config or an override is bad.
     """
     config = layout.latest_config(run)
+    legacy: list[str] = []
     if command is not None:
         check_command_line(command, args)
         data = check_run_config(command, config)
         if not trusts_config(args):
             trust.check_import_paths(data, str(config))
-    overrides = command.overrides if command is not None else ()
+        legacy = legacy_overrides(data)
+    overrides = [*legacy, *(command.overrides if command is not None else ())]
     options = command.arguments if command is not None else None
     guard = (
         adapters.import_paths_only(trust.run_imports())
@@ -258,6 +260,18 @@ def cli_for_run(run: Path, args: list[str], prog: str, command: Command | None =
             f"trust that package and have it installed, name it in {trust.TRUST_ENV}, or pass --trust_config true "
             "to trust this whole run folder"
         ) from None
+
+
+def legacy_overrides(config: Any) -> list[str]:
+    """Arguments that read a run config written by an earlier version as that version meant it: a K-fold run's
+    ``data.val_size: 5000`` is unset (every config carried the default 5000 until ``val_size`` defaulted to unset,
+    and a fold run took no other number, so it never was a choice; today any ``val_size`` with folds is refused).
+    ``config``: the run's config read as data."""
+    data = config.get("data") if isinstance(config, dict) else None
+    init = data.get("init_args") if isinstance(data, dict) else None
+    if isinstance(init, dict) and init.get("folds") is not None and init.get("val_size") == DEFAULT_VAL_SIZE:
+        return ["--data.init_args.val_size", "null"]
+    return []
 
 
 def denied_import(e: BaseException) -> str | None:

@@ -41,7 +41,7 @@ SCHEDULE_KEYS = (
     "data.init_args.val_size",
     "data.init_args.folds",
 )
-# The data settings that choose a K-fold run's validation images (project.data.folds): a resume keeps them.
+# The data settings that choose a run's validation images (with data.val_size for a plain split): a resume keeps them.
 SPLIT_KEYS = ("folds", "fold", "seed")
 
 
@@ -79,7 +79,7 @@ class CheckpointGate:
         :class:`~project.cli.parser.ProjectCLI` with its Trainer, model and data module built).
 
         Checked: the net's parameter names and shapes (a slimmed checkpoint's at its recorded widths); a K-fold
-        run's fold, folds and seed (``SPLIT_KEYS``) against the checkpoint's data hyperparameters, so it goes on
+        split (``SPLIT_KEYS``, and ``val_size``) against the checkpoint's data hyperparameters, so it goes on
         validating on the same images; a length-sized LR scheduler (one-cycle, cosine) against the run's own config
         (``SCHEDULE_KEYS``); each pruning callback's schedule (:meth:`ScheduledPruning.check_resume`).
 
@@ -113,20 +113,26 @@ class CheckpointGate:
             )
 
     def check_split(self, data: dict[str, Any]) -> None:
-        """A K-fold run keeps validating on its own fold.
+        """A resumed run keeps validating on its own images: the checkpoint's data hyperparameters (``folds``,
+        ``fold``, ``seed`` and, for a plain split, ``val_size`` as the run resolved it) against the data module's.
+        An unset ``val_size`` of a data module whose data decide it (an image folder, before ``setup``) is not
+        compared; a number is, so a config whose number means something else now is refused, not followed.
 
         Raises:
-            ConfigError: ``data.folds``, ``data.fold`` or the seed changed.
+            ConfigError: naming each setting that changed, the checkpoint's value first.
         """
         saved = self.checkpoint.get("datamodule_hyper_parameters") or {}
-        if saved.get("folds") is None and data.get("folds") is None:
-            return
-        changed = [(k, saved.get(k), data.get(k)) for k in SPLIT_KEYS if saved.get(k) != data.get(k)]
+        keys = [*SPLIT_KEYS, *(["val_size"] if saved.get("folds") is None and data.get("folds") is None else [])]
+        changed = [
+            (k, saved.get(k), data.get(k))
+            for k in keys
+            if k in saved and saved.get(k) != data.get(k) and not (k == "val_size" and data.get(k) is None)
+        ]
         if changed:
             what = ", ".join(f"data.{k} {a!r} -> {b!r}" for k, a, b in changed)
             raise ConfigError(
-                f"ckpt_path: the run was validating on other images ({what}); resume with the run's own folds, "
-                "fold and seed, or start a new run (drop --ckpt_path)"
+                f"ckpt_path: the run was validating on other images ({what}); resume with the run's own "
+                f"{', '.join(f'data.{k}: {a!r}' for k, a, _ in changed)}, or start a new run (drop --ckpt_path)"
             )
 
     def check_schedule(self, now: dict[str, Any]) -> None:

@@ -111,6 +111,9 @@ class RunConfig(SaveConfigCallback):
         if data_args is not None and "classes" in data_args and data_args.classes is None and trainer.datamodule:
             # the classes an image-folder data module found: predict and export then need no image folder
             data_args.classes = list(trainer.datamodule.classes)  # type: ignore[attr-defined]
+        split_off = getattr(trainer.datamodule, "split_off", None)
+        if data_args is not None and data_args.get("val_size") is None and split_off is not None:
+            data_args.val_size = split_off  # the tenth of train/ an unset val_size took, as a number
         if config.get("trust_checkpoint"):  # a one-time decision about one file, not a setting to pass on
             config.trust_checkpoint = False
         files.write_text(log_dir / name, self.parser.dump(config, skip_none=False))

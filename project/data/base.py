@@ -52,7 +52,9 @@ log = logging.getLogger(__name__)
 # Where extracted data lives unless data.data_dir says otherwise; also the folder the run-folder commands read (a
 # copied run's own data_dir is not followed: docs/security.md).
 DEFAULT_DATA_DIR = "data"
-# Training images split off for validation unless data.val_size says otherwise.
+# Training images of an archive data set split off for validation when data.val_size is unset (None). Unset, not
+# 5000, is the parser's default, so that a config switching data.class_path carries no number the user never wrote
+# (the image-folder data module reads unset as "a tenth of train/"), and a 5000 the user writes is taken as written.
 DEFAULT_VAL_SIZE = 5000
 
 
@@ -70,8 +72,8 @@ class VisionDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes (torchvision path only).
         pin_memory: DataLoader ``pin_memory`` (useful when training on a GPU).
         persistent_workers: keep workers alive between epochs (only with ``num_workers > 0``).
-        val_size: images taken from the official training set for validation (seeded split); not used with
-            ``folds`` (leave it at its default there).
+        val_size: images taken from the official training set for validation (seeded split); unset (default):
+            5000 (:data:`DEFAULT_VAL_SIZE`). Refused with ``folds`` (a fold validates there).
         folds: K-fold cross-validation: split the official training set into this many folds (>= 2), stratified
             by class (:mod:`project.data.folds`); fold ``fold`` validates, the other ``folds - 1`` train.
             Unset (default): the ``val_size`` split, exactly as without this option.
@@ -113,7 +115,7 @@ class VisionDataModule(L.LightningDataModule):
         num_workers: NonNegativeInt = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
-        val_size: NonNegativeInt = DEFAULT_VAL_SIZE,
+        val_size: NonNegativeInt | None = None,
         folds: PositiveInt | None = None,
         fold: NonNegativeInt = 0,
         seed: int = 42,
@@ -122,6 +124,8 @@ class VisionDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters(logger=False)
         to_builtin(self.hparams)
+        if val_size is None:  # the archive sets' default; a subclass whose data decide it saves its own hparams
+            self.hparams.val_size = DEFAULT_VAL_SIZE
         # "~" is the home folder, as torchvision's own datasets read their root (os.path.expanduser)
         self.data_dir = Path(data_dir).expanduser()
         self.source_dir = Path(source_dir).expanduser() if source_dir else None

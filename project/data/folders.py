@@ -57,7 +57,7 @@ from torchvision import datasets
 from torchvision import transforms as T
 
 from project.adapters import to_builtin
-from project.data.base import DEFAULT_DATA_DIR, DEFAULT_VAL_SIZE, VisionDataModule
+from project.data.base import DEFAULT_DATA_DIR, VisionDataModule
 from project.data.folds import fold_split
 from project.data.images import IMAGE_SUFFIXES, load_images
 from project.errors import ConfigError, DataError, UserError
@@ -172,9 +172,8 @@ class ImageFolderDataModule(VisionDataModule):
         channels: 1 (grayscale: LeNet) or 3 (RGB: SimpleCNN); images of other modes are converted.
         image_size: the side of the square the nets take, in pixels (LeNet 28, SimpleCNN 32).
         resize: how a picture of another size is brought to the square: ``stretch``, ``crop`` or ``pad``.
-        val_size: images split off train/ for validation when there is no ``val/``; default (unset, or 5000, the other
-            data modules' default, which jsonargparse carries over when a config switches ``data.class_path``): a
-            tenth of them (at least one).
+        val_size: images split off train/ for validation when there is no ``val/``; default (unset): a tenth of
+            them (at least one). A number is taken as written (5000 too).
         classes: the class names by index; default (unset): train/'s sub-folders, sorted. A run records them in its
             config.yaml, so that predict and export need no image folder; with ``train/`` present they must be its
             sub-folders.
@@ -187,11 +186,14 @@ class ImageFolderDataModule(VisionDataModule):
         mean, std: per-channel statistics of the training split (after ``setup``, or from a checkpoint).
 
     Raises:
-        DataError: see the module docstring; ConfigError: ``folds`` together with a ``val/`` folder, or a bad
-            ``val_size``.
+        DataError: see the module docstring; ConfigError: ``folds`` or ``val_size`` together with a ``val/``
+            folder, or a bad ``val_size``.
     """
 
     dataset_cls = datasets.ImageFolder  # the layout it reads (named in messages); decoding is this module's own
+    # images split off train/ by data.val_size (after setup; None with val/ or folds): what config.yaml records for
+    # an unset val_size, so that the run folder's config says how many images validated
+    split_off: int | None = None
 
     def __init__(
         self,
@@ -221,7 +223,7 @@ class ImageFolderDataModule(VisionDataModule):
             num_workers=num_workers,
             pin_memory=pin_memory,
             persistent_workers=persistent_workers,
-            val_size=val_size or 0,
+            val_size=val_size,
             folds=folds,
             fold=fold,
             seed=seed,
@@ -416,6 +418,11 @@ class ImageFolderDataModule(VisionDataModule):
                 raise ConfigError(
                     f"data.folds: {self.data_dir}/val exists; folds split train/ alone, remove val/ or folds"
                 )
+            if hp.val_size is not None:
+                raise ConfigError(
+                    f"data.val_size: {hp.val_size} with {self.data_dir}/val, which is the validation set; drop "
+                    "data.val_size, or remove val/ to split train/"
+                )
             val, val_targets = splits["val"]
             images, targets = np.concatenate([train, val]), train_targets + val_targets
             n = len(train_targets)
@@ -426,13 +433,12 @@ class ImageFolderDataModule(VisionDataModule):
             if hp.folds is not None:
                 self.split = fold_split(torch.as_tensor(targets), hp.folds, hp.fold, hp.seed)
             else:
-                # unset, or the other data modules' default (jsonargparse keeps it when a config switches
-                # data.class_path from the default MNIST): a tenth of train/
-                val_size = hp.val_size if hp.val_size not in (None, DEFAULT_VAL_SIZE) else max(n // 10, 1)
+                val_size = hp.val_size if hp.val_size is not None else max(n // 10, 1)  # unset: a tenth of train/
                 if val_size >= n:
                     raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} images of train/")
                 perm = torch.randperm(n, generator=torch.Generator().manual_seed(hp.seed))
                 self.split = (perm[val_size:], perm[:val_size])
+                self.split_off = val_size
             hp.val_size = len(self.split[1])
         pixels = torch.from_numpy(images[self.split[0].numpy()]).to(torch.float64) / 255
         self.mean = tuple(float(v) for v in pixels.mean(dim=(0, 1, 2)).reshape(-1))  # (N, H, W[, C]): per channel

@@ -4,6 +4,8 @@ resume keeps its folds (and refuses other ones)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import yaml
@@ -29,6 +31,8 @@ REFUSED = [
     (["--data.fold", "2"], "data.fold: 2 without data.folds"),
     (["--data.folds", "100"], "data.folds: 100 folds but class"),  # the tiny set has ~60 images a class
     (["--data.folds", "3", "--data.val_size", "100"], "data.val_size: 100 with data.folds: 3"),
+    # the archive sets' default, written out, is a value too: refused, not silently replaced by a fold
+    (["--data.folds", "3", "--data.val_size", "5000"], "data.val_size: 5000 with data.folds: 3"),
 ]
 
 
@@ -98,3 +102,20 @@ def test_the_recipes_retrain_uses_every_training_image_and_tests_once(tiny_mnist
     res = results(run)
     assert res["global_step"] == 12 and res["test_samples"] == 100  # 600 / 50 batches; the whole test set
     assert res["best_val_acc"] is None and res["folds"] is None and res["test_ckpt"] == "final weights"
+
+
+def test_a_fold_run_written_before_val_size_defaulted_to_unset_still_evaluates(tiny_mnist, tmp_path, monkeypatch):
+    """Earlier versions wrote ``data.val_size: 5000`` (the then default) into every fold run's config.yaml, where
+    any val_size is now refused: the run-folder commands read that 5000 as the unset it was, and evaluate the fold."""
+    from project import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    assert run_main(fold_args(tiny_mnist, tmp_path / "logs", "--data.folds", "4", "--data.fold", "1")) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["data"]["init_args"]["val_size"] is None  # what this version writes
+    config["data"]["init_args"]["val_size"] = 5000
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    assert evaluate.main([str(run), "--data.data_dir", str(tiny_mnist["data"]), "--split", "val"]) == 0
+    out = json.loads((run / "eval-best-val.json").read_text())
+    assert out["samples"] == 150 and out["acc"] == pytest.approx(results(run)["best_val_acc"], abs=1e-7)

@@ -80,3 +80,27 @@ def test_a_run_config_that_says_nothing_skips_the_schedule_check_with_a_warning(
     warned = [r.getMessage() for r in caplog.records if "schedule's settings are not compared" in r.getMessage()]
     assert warned == [f"{written} is empty or unreadable; the schedule's settings are not compared"]
     assert results(run)["global_step"] == 3 and run_dirs(tmp_path / "logs") == [run]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--seed_everything", "7"], "data.seed 42 -> 7"),
+        (["--data.val_size", "99"], "data.val_size 100 -> 99"),
+        (["--data.folds", "3", "--data.val_size", "null"], "data.folds None -> 3"),
+    ],
+    ids=["seed", "val_size", "folds"],
+)
+def test_a_resume_that_would_validate_on_other_images_is_refused(
+    change, message, one_epoch, tiny_mnist, tmp_path, capsys
+):
+    """A plain run resumed with another seed or val_size (or turned into a fold run) would go on choosing its best
+    checkpoint on other images, some of which it trained on: one ``error:`` line naming the change and the run's
+    own value, and the run folder as it was."""
+    run = one_epoch.parent.parent
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*"))
+    capsys.readouterr()
+    assert run_main([*resume_args(tiny_mnist, tmp_path / "logs", one_epoch), *change]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and message in err[0] and "validating on other images" in err[0], err
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*")) == before

@@ -279,3 +279,39 @@ def test_a_data_shape_no_net_takes_names_the_data_settings(tmp_path, monkeypatch
     assert run_main(fit_args(data, tmp_path / "logs", "--data.channels", "1")) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "no net takes 1x32x32" in line and "data.channels" in line and "lenet 1x28x28" in line, line
+
+
+VAL_SIZES = [
+    ([], 12),  # unset: a tenth of the 120 train/ images, recorded as a number
+    (["--data.val_size", "30"], 30),
+    # the archive sets' default written out is taken as written (it was once read as "unset")
+    (["--data.val_size", "5000"], "data.val_size: 5000 must be smaller than the 120 images of train/"),
+    (["--data.val_size", "10", "--val"], "data.val_size: 10 with .*/val, which is the validation set"),
+]
+
+
+@pytest.mark.parametrize(("extra", "want"), VAL_SIZES, ids=["unset", "30", "5000", "with-val"])
+@pytest.mark.parametrize("switched", [False, True], ids=["config", "class-switched-on-the-command-line"])
+def test_a_val_size_as_written_takes_effect_or_is_refused(extra, want, switched, tmp_path, monkeypatch, capsys):
+    """``data.val_size`` on an image folder, from its own config or with ``--data`` switching the class from the
+    default MNIST (jsonargparse then carries MNIST's settings over): a number is taken as written or refused with
+    one ``error:`` line; unset is a tenth of train/, and config.yaml records the number that ran."""
+    monkeypatch.chdir(tmp_path)
+    splits = ("train", "val", "test") if "--val" in extra else ("train", "test")
+    data = make_image_folder(tmp_path / "images", splits=splits)
+    extra = [a for a in extra if a != "--val"]
+    args = fit_args(data, tmp_path / "logs", "--trainer.max_epochs", "1", *extra)
+    if switched:
+        args = [*args[2:], "--data", "project.data.ImageFolderDataModule", "--data.data_dir", str(data)]
+        args += ["--model.net", "lenet", "--data.channels", "1", "--data.image_size", "28", *extra]
+    code = run_main(args)
+    if isinstance(want, str):
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and re.search(want, err[0]), err
+        assert not (tmp_path / "logs").exists() or not run_dirs(tmp_path / "logs")
+        return
+    assert code == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"]["val_size"] == want
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["datamodule_hyper_parameters"]["val_size"] == want
