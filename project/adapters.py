@@ -108,6 +108,16 @@ def run_pruning(callback: Any, epoch: int) -> None:
     callback._run_pruning(epoch)
 
 
+# -- Lightning: TensorBoardLogger ------------------------------------------------------------------------------
+
+
+def writer_kwargs(logger: Any) -> dict[str, Any]:
+    """``TensorBoardLogger._kwargs``: the ``SummaryWriter`` arguments the logger was given beyond its own (Lightning
+    passes them to the writer it creates in ``experiment``; a logger that creates the writer itself passes them
+    too)."""
+    return dict(logger._kwargs)
+
+
 # -- Lightning: ThroughputMonitor -------------------------------------------------------------------------------
 
 

@@ -25,6 +25,16 @@ class DataError(UserError, RuntimeError):
     """A data file is missing, truncated or fails its md5 check, or a download failed."""
 
 
+class LinkOnTheWay(UserError, OSError):
+    """A symbolic link or a file stands at a component of a path the project writes below a folder the user gave
+    (a run folder swapped for a link mid-run, a planted link at ``checkpoints/``): refused, nothing written through
+    it. An ``OSError`` whose ``errno`` is the kernel's (``ELOOP`` or ``ENOTDIR``)."""
+
+    def __init__(self, message: str, errno: int) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
 class DivergenceError(UserError, RuntimeError):
     """The training loss became NaN or infinite."""
 

@@ -3,7 +3,6 @@ checkpoint IO plugin that writes local files atomically and never through a link
 
 from __future__ import annotations
 
-import glob
 import inspect
 import logging
 from pathlib import Path
@@ -34,7 +33,9 @@ class LocalAtomicCheckpointIO(TorchCheckpointIO):
     move is a copy, and a run killed during it leaves a truncated checkpoint. Here the checkpoint goes to a new
     temporary file created exclusively in the same folder, then is renamed into place (see
     :func:`project.runs.files.write_bytes`). Lightning removes an old checkpoint with ``fs.rm(recursive=True)``: here
-    only a regular file or a link itself is unlinked; a folder is never removed. URLs (``s3://``,
+    only a regular file or a link itself is unlinked; a folder is never removed. Under a folder the user gave
+    (the logger's ``save_dir``, a ``checkpoint.dirpath``: :func:`project.runs.files.hold_below`), every component
+    below it is opened without following links, at each save and removal. URLs (``s3://``,
     ``memory://``, ...) go through Lightning's own path unchanged; ``file://`` URLs are local paths.
 
     A resume's checkpoint, already read and checked (:class:`project.cli.gate.CheckpointGate`), is served by
@@ -61,21 +62,21 @@ class LocalAtomicCheckpointIO(TorchCheckpointIO):
         local = local_path(path)
         if local is None:
             return super().save_checkpoint(checkpoint, path, storage_options)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        for stale in local.parent.glob(f".{glob.escape(local.name)}.*.tmp"):  # a writer killed midway (kill -9)
-            if stale.is_file() and not stale.is_symlink():
-                stale.unlink(missing_ok=True)
-        with files.atomic_file(local) as f:
+        files.remove_temporaries(local)  # a writer killed midway (kill -9); through the held run folder's fds
+        with files.atomic_file(local) as f:  # under a held folder (the logger's save_dir): no link followed
             torch.save(checkpoint, f)
 
     def remove_checkpoint(self, path: Any) -> None:
         local = local_path(path)
         if local is None:
             return super().remove_checkpoint(path)
-        if local.is_symlink() or local.is_file():
-            local.unlink()
-        elif local.exists():
+        root = files.held_root(local)
+        if local.is_dir() and not local.is_symlink():
             log.warning("not removing %s: a checkpoint is a file, this is not", local)
+        elif root is not None:
+            files.unlink_below(local, root)  # no component under the held folder followed
+        elif local.is_symlink() or local.is_file():
+            local.unlink()
 
 
 def local_path(path: Any) -> Path | None:

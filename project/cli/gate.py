@@ -78,9 +78,10 @@ class CheckpointGate:
         """Refuse, before anything is written, a resume that cannot continue the checkpoint's run of ``cli`` (the
         :class:`~project.cli.parser.ProjectCLI` with its Trainer, model and data module built).
 
-        Checked: the net's parameter names and shapes (a slimmed checkpoint's at its recorded widths); a K-fold
+        Checked: the net's parameter names and shapes (a slimmed checkpoint's at its recorded widths); the
         split (``SPLIT_KEYS``, and ``val_size``) against the checkpoint's data hyperparameters, so it goes on
-        validating on the same images; a length-sized LR scheduler (one-cycle, cosine) against the run's own config
+        validating on the same images; a mid-epoch checkpoint's number of processes
+        (:meth:`check_processes`); a length-sized LR scheduler (one-cycle, cosine) against the run's own config
         (``SCHEDULE_KEYS``); each pruning callback's schedule (:meth:`ScheduledPruning.check_resume`).
 
         Raises:
@@ -88,6 +89,7 @@ class CheckpointGate:
         """
         self.check_net(cli)
         self.check_split(cli.datamodule.hparams)
+        self.check_processes(type(cli.datamodule).__qualname__, cli.trainer.world_size)
         self.check_schedule(cli.config.as_dict())
         ScheduledPruning.check_resume(cli.trainer.callbacks, self.checkpoint.get("callbacks") or {})
 
@@ -133,6 +135,29 @@ class CheckpointGate:
             raise ConfigError(
                 f"ckpt_path: the run was validating on other images ({what}); resume with the run's own "
                 f"{', '.join(f'data.{k}: {a!r}' for k, a, _ in changed)}, or start a new run (drop --ckpt_path)"
+            )
+
+    def check_processes(self, data_key: str, world_size: int) -> None:
+        """A checkpoint written in the middle of an epoch resumes under the number of processes that wrote it: its
+        count of the epoch's batches done is per process (``data_key``: the data module's entry in the checkpoint,
+        :meth:`~project.data.base.VisionDataModule.state_dict`), and under another number each process's share of
+        the epoch's order differs, so the resumed epoch would train some images twice and others not at all.
+        A checkpoint from an epoch's end (every ``epoch=*`` checkpoint, and ``last.ckpt`` after a whole epoch)
+        resumes under any number. Checkpoints without the count's ``world_size`` (older versions) are not checked.
+
+        Raises:
+            ConfigError: naming both numbers and the two ways on.
+        """
+        state = self.checkpoint.get(data_key)
+        if not isinstance(state, dict) or not state.get("train_batches_done"):
+            return
+        saved = state.get("world_size")
+        if isinstance(saved, int) and saved != world_size:
+            raise ConfigError(
+                f"ckpt_path: {self.path} was written {state['train_batches_done']} batches into an epoch by {saved} "
+                f"process(es), and this resume runs {world_size}; the epoch's remaining images are {saved} processes' "
+                f"shares: resume with trainer.devices x trainer.num_nodes = {saved}, or from a checkpoint at an "
+                "epoch's end (checkpoints/epoch=*.ckpt)"
             )
 
     def check_schedule(self, now: dict[str, Any]) -> None:

@@ -424,6 +424,10 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         if experiment is None or cfg.trainer.fast_dev_run or not slurm.is_global_rank_zero():
             return
         args = cfg.trainer.logger.init_args
+        # every file of the run, from here on, is written below the folders the user gave through directory fds
+        files.hold_below(args.save_dir)
+        if cfg.get("checkpoint") is not None and cfg.checkpoint.get("dirpath"):
+            files.hold_below(cfg.checkpoint.dirpath)
         if "://" in str(experiment):
             files.check_folder(experiment, "trainer.logger.init_args.save_dir")
             return

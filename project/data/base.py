@@ -336,8 +336,10 @@ class VisionDataModule(L.LightningDataModule):
         return loader
 
     def state_dict(self) -> dict[str, Any]:
-        """Saved in every checkpoint: ``{"train_batches_done": n}``, the batches of the unfinished epoch."""
-        return {"train_batches_done": batches_done(self.trainer)}
+        """Saved in every checkpoint: ``{"train_batches_done": n, "world_size": w}``, the batches of the unfinished
+        epoch each of the ``w`` processes trained (a count per process: it means ``n * batch_size * w`` samples,
+        and only under ``w`` processes, which is what a resume is checked against: :mod:`project.cli.gate`)."""
+        return {"train_batches_done": batches_done(self.trainer), "world_size": self._world()[0]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume mid-epoch: the next training loader skips the batches already trained."""

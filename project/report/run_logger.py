@@ -4,22 +4,30 @@
 from __future__ import annotations
 
 import inspect
+import os
+import tempfile
 import warnings
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import TensorBoardLogger as _TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
+
+from project import adapters
+from project.runs import files
 
 
 def run_dir(trainer: L.Trainer) -> Path | None:
     """The run folder the trainer logs into, or ``None`` (no logger, or ``fast_dev_run``, which logs nothing)."""
     if trainer.logger is None or trainer.fast_dev_run or trainer.log_dir is None:
         return None
-    return Path(trainer.log_dir).resolve()
+    return Path(os.path.abspath(trainer.log_dir))  # not resolve(): a link swapped in on the way is not followed
 
 
 def run_writer(trainer: L.Trainer) -> Any:
@@ -49,6 +57,44 @@ class RunTensorBoardLogger(_TensorBoardLogger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.graph_done = False
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        """Lightning's ``SummaryWriter``, writing into the run folder through a descriptor of it: under a folder the
+        user gave (:func:`project.runs.files.hold_below`, ``save_dir``), the writer is handed
+        ``/proc/self/fd/N`` of the run folder opened without following links, so TensorBoard's event files, which
+        the writer opens by path whenever a stage starts, land in that folder even if a component on the way is
+        swapped for a link mid-run (refused with ``ELOOP`` when it already was). Elsewhere (no ``/proc``, a URL,
+        a folder not held): Lightning's own."""
+        if self._experiment is not None:
+            return self._experiment
+        path, fd = files.held_dir(self.log_dir)
+        if fd is None:
+            return super().experiment
+        from torch.utils.tensorboard import SummaryWriter
+
+        # kept open as long as the writer may open files by that path (every stage's new event file): closed with
+        # the logger, so the number is never reused for another folder while the writer holds the path
+        weakref.finalize(self, os.close, fd)
+        self._experiment = SummaryWriter(log_dir=path, **adapters.writer_kwargs(self))
+        return self._experiment
+
+    @rank_zero_only
+    def save(self) -> None:
+        """Lightning's ``save`` (flush the writer, write ``hparams.yaml`` once), with ``hparams.yaml`` written by
+        Lightning's ``save_hparams_to_yaml`` into a private folder and then into the run folder through
+        :func:`project.runs.files.write_bytes` (atomic, no link followed under a held folder)."""
+        self.experiment.flush()  # the parent's first step (which creates the writer if there is none yet)
+        hparams_file = Path(self.log_dir) / self.NAME_HPARAMS_FILE
+        if "://" in str(self.log_dir):
+            return super().save()  # flushes again: harmless
+        if not Path(self.log_dir).is_dir() or hparams_file.exists():
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            save_hparams_to_yaml(Path(tmp) / self.NAME_HPARAMS_FILE, self.hparams)
+            files.write_bytes(hparams_file, (Path(tmp) / self.NAME_HPARAMS_FILE).read_bytes())
+        return None
 
     # the parent's arguments, as inspect.signature reads them (help(), IDEs, jsonargparse, Lightning's own logger
     # tests, which pass save_dir only to a logger whose signature names it)

@@ -6,6 +6,10 @@
   path lies below (``below``: the folder the user gave), every component under it is opened through directory file
   descriptors without following links (:func:`open_below`), at each write, so a folder swapped for a link mid-run
   is caught at the write; a hard-linked target is replaced, never written into.
+* :func:`hold_below`: from then on, every write and removal of this process through this module to a path under a
+  folder the user gave (a run's logger ``save_dir``, a ``checkpoint.dirpath``) goes through :func:`open_below`,
+  whatever the caller passes: one writer for the run folder's files, checkpoints included; :func:`held_dir` gives
+  a library that opens files by path itself (TensorBoard's event writer) a folder it cannot be redirected from.
 * :func:`check_folder`: a folder the user named can be created and written, one ``error:`` line otherwise.
 * :func:`inside`: whether a path read from a file (a checkpoint's state) names a regular file directly in a folder.
 """
@@ -13,15 +17,17 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from project.errors import ConfigError
+from project.errors import ConfigError, LinkOnTheWay
 
 
 def check_folder(path: str | Path, key: str, write: bool = True, keep: bool = False) -> None:
@@ -83,6 +89,43 @@ def inside(folder: str | Path | None, path: Any) -> bool:
 
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+# Folders the user gave that writes below are held to (hold_below), absolute; for the life of the process.
+_HELD: list[Path] = []
+
+
+def hold_below(folder: str | Path) -> None:
+    """Hold every later write (:func:`atomic_file` and the writers on it) and removal (:func:`unlink_below`) of this
+    process to a path under ``folder`` to :func:`open_below` from ``folder`` down, even where the caller passes no
+    ``below``: a run folder, or a component of it, swapped for a symbolic link mid-run is refused at the next write
+    rather than followed. ``folder`` is taken as given (it may itself be a link of the user's); a URL is ignored."""
+    if "://" in str(folder):
+        return
+    held = Path(folder).expanduser().absolute()
+    if held not in _HELD:
+        _HELD.append(held)
+
+
+def held_root(path: str | Path) -> Path | None:
+    """The innermost held folder (:func:`hold_below`) that ``path`` lies below, or ``None``."""
+    path = Path(path).absolute()
+    roots = [root for root in _HELD if path != root and path.is_relative_to(root)]
+    return max(roots, key=lambda root: len(root.parts)) if roots else None
+
+
+def held_dir(folder: str | Path) -> tuple[str, int | None]:
+    """A path by which a library that opens files itself reaches ``folder`` and nothing else: for a folder under a
+    held one, ``/proc/self/fd/N`` of a descriptor :func:`open_below` opened (the kernel resolves it to that very
+    folder, whatever is swapped on the way later), and that descriptor, which the caller keeps open while the
+    path is in use and then closes; else ``(str(folder), None)`` (no ``/proc``, or not under a held folder).
+
+    Raises:
+        OSError: a component under the held folder is a link (``ELOOP``) or a file (``ENOTDIR``).
+    """
+    root = held_root(folder)
+    if root is None or not os.path.isdir("/proc/self/fd"):
+        return str(folder), None
+    fd = open_below(root, folder)
+    return f"/proc/self/fd/{fd}", fd
 
 
 def open_below(below: str | Path, folder: str | Path, create: bool = True) -> int:
@@ -93,8 +136,8 @@ def open_below(below: str | Path, folder: str | Path, create: bool = True) -> in
     the descriptor.
 
     Raises:
-        OSError: ``ELOOP``/``ENOTDIR`` for a link or a file at a component; ``ValueError`` when ``folder`` is not
-        below ``below`` or its path climbs with ``..``.
+        LinkOnTheWay: (an ``OSError``, ``ELOOP``/``ENOTDIR``) a link or a file at a component, naming it;
+            ``ValueError`` when ``folder`` is not below ``below`` or its path climbs with ``..``.
     """
     below, folder = Path(below).absolute(), Path(folder).absolute()
     parts = folder.relative_to(below).parts  # ValueError outside
@@ -103,14 +146,26 @@ def open_below(below: str | Path, folder: str | Path, create: bool = True) -> in
     if create:
         below.mkdir(parents=True, exist_ok=True)  # the folder the user gave, as given (e.g. logs/ before a first run)
     fd = os.open(below, _DIR_FLAGS)
+    done = below
     try:
         for part in parts:
+            done = done / part
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=fd)
             child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = child
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise LinkOnTheWay(
+            f"{done}: a symbolic link or a file stands where a folder under {below} should be (swapped in while "
+            "a command was writing there?); nothing was written through it: move it away, check what it points "
+            "to, and run again",
+            e.errno,
+        ) from None
     except BaseException:
         os.close(fd)
         raise
@@ -140,7 +195,8 @@ def atomic_file(path: str | Path, below: str | Path | None = None) -> Iterator[A
     sees the old or the new file, never a half-written one, even when the process is killed midway. An error in
     the block removes the temporary file and leaves ``path`` as it was.
 
-    With ``below`` (a folder ``path`` lies in: the one the user gave), the folders from there to ``path``'s are opened
+    With ``below`` (a folder ``path`` lies in: the one the user gave; default the held folder it lies under,
+    :func:`hold_below`), the folders from there to ``path``'s are opened
     (and created) through :func:`open_below`, so no component under ``below`` is followed if it is a link, and the
     temporary file is created and renamed within that directory descriptor.
 
@@ -149,6 +205,7 @@ def atomic_file(path: str | Path, below: str | Path | None = None) -> Iterator[A
             (``ENOTDIR``), or the disk is full (the temporary file is removed).
     """
     path = Path(path)
+    below = below if below is not None else held_root(path)
     if below is not None:
         with _atomic_below(path, below) as f:
             yield f
@@ -212,6 +269,28 @@ def write_text(path: str | Path, text: str, below: str | Path | None = None) -> 
 def write_json(path: Path, data: dict[str, Any], below: str | Path | None = None) -> Path:
     """Write ``data`` as JSON atomically, never through a link (:func:`write_bytes`); returns ``path``."""
     return write_text(path, json.dumps(data, indent=2) + "\n", below)
+
+
+def remove_temporaries(path: str | Path) -> None:
+    """Remove the temporary files a writer of ``path`` killed midway (``kill -9``) left beside it
+    (``.<name>.<random>.tmp``, regular files only; a link or folder of that name stays), through the held folder's
+    descriptors when ``path`` lies under one (:func:`hold_below`). Creates ``path``'s folder if missing.
+
+    Raises:
+        OSError: a component under the held folder is a link or a file."""
+    path = Path(path)
+    root = held_root(path)
+    if root is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    folder_fd = open_below(root, path.parent) if root is not None else os.open(path.parent, _DIR_FLAGS)
+    try:
+        for name in os.listdir(folder_fd):
+            if name.startswith(f".{path.name}.") and name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISREG(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode):
+                        os.unlink(name, dir_fd=folder_fd)
+    finally:
+        os.close(folder_fd)
 
 
 def unlink_below(path: str | Path, below: str | Path) -> None:

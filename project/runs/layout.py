@@ -39,6 +39,7 @@ inside a checkpoint are data: :func:`inside` decides whether one may be touched 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import re
@@ -47,8 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from project.errors import ConfigError, UnreadableFile
-from project.runs import read
+from project.runs import files, read
 from project.runs.files import inside, write_json
+
+log = logging.getLogger("project")
 
 # The names of a run folder's entries (the module docstring says what each holds). A name with ``{}`` fields is
 # a pattern: ``CONFIG_RESUME.format(k)``, ``EVAL.format(ckpt=..., split=...)``.
@@ -214,6 +217,15 @@ def undo_since(run: Path, before: dict[Path, float]) -> bool:
     A new folder with no checkpoint is removed whole; in an existing folder (a resume), the files the
     command created are removed. Returns whether anything was undone.
     """
+    root = files.held_root(run)
+    if root is not None:  # nothing is removed through a link swapped in on the way (files.hold_below)
+        try:
+            os.close(files.open_below(root, run, create=False))
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            log.warning("%s: not cleaned up: %s", run, e)
+            return False
     if not run.exists():
         return False
     now = snapshot(run)
@@ -223,11 +235,21 @@ def undo_since(run: Path, before: dict[Path, float]) -> bool:
     if not before:
         import shutil
 
-        shutil.rmtree(run, ignore_errors=True)
+        if root is None:
+            shutil.rmtree(run, ignore_errors=True)
+            return True
+        parent = files.open_below(root, run.parent, create=False)
+        try:  # the folder's own name in its parent's descriptor: no component followed on the way
+            shutil.rmtree(run.name, ignore_errors=True, dir_fd=parent)
+        finally:
+            os.close(parent)
         return True
     for p in now:
         if p not in before:
-            p.unlink(missing_ok=True)
+            if root is not None:
+                files.unlink_below(p, root)
+            else:
+                p.unlink(missing_ok=True)
     return True
 
 

@@ -631,9 +631,10 @@ def test_a_gang_restart_after_one_node_is_lost_resumes_the_run_with_the_uninterr
 
 
 def test_an_image_folder_under_ddp_gives_every_rank_the_same_classes_split_and_statistics(tmp_path):
-    """Your own images (configs/image_folder.yaml) in a 2-process CPU DDP run: the decode cache is written once and
-    read by both ranks, and both hold the same classes, the same seeded train/val split and the same training-split
-    statistics, each with half the training batches; the run records the folder's classes."""
+    """Your own images (configs/image_folder.yaml) and your own net (``helpers.OwnNet``, a package outside the
+    project) in a 2-process CPU DDP run: the decode cache is written once and read by both ranks, and both hold the
+    same classes, the same seeded train/val split and the same training-split statistics, each with half the
+    training batches; the run records the folder's classes and the net, its parameters counted from its layers."""
     data = make_image_folder(tmp_path / "images", per_class=40)
     records = tmp_path / "records"
     records.mkdir()
@@ -642,6 +643,7 @@ def test_an_image_folder_under_ddp_gives_every_rank_the_same_classes_split_and_s
         *("--data.batch_size", "16", "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp"),
         *("--trainer.devices", "2", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false"),
         *("--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.callbacks+=helpers.DataRecord"),
+        *("--model.net", "helpers.OwnNet", "--model.net.in_channels", "3"),
     ]
     env = clean_env(DATA_RECORD_DIR=str(records))
     command = [sys.executable, "-m", "project.fit", *args]
@@ -654,6 +656,8 @@ def test_an_image_folder_under_ddp_gives_every_rank_the_same_classes_split_and_s
     (run,) = run_dirs(tmp_path / "logs")
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["data"]["init_args"]["classes"] == ["cat", "dog", "frog"] and results(run)["global_step"] == 8
+    assert config["model"]["net"] == {"class_path": "helpers.OwnNet", "init_args": {"in_channels": 3}}
+    assert results(run)["params"] == 3 * 72 + 8 + 128 * 3 + 3 and results(run)["test_acc"] is not None
 
 
 @pytest.mark.parametrize("phase", ["step", "validation", "test"])

@@ -270,3 +270,25 @@ def test_throughput_totals_continue_across_a_resume(uninterrupted, tiny_mnist, t
     time = resumed["train/time"]
     after = [time[step] for step in sorted(time) if step >= 14]
     assert after == sorted(after) and after[0] > time[12] > 0
+
+
+def test_a_mid_epoch_checkpoint_resumes_only_under_the_processes_that_wrote_it(
+    tiny_mnist, tmp_path, monkeypatch, capsys
+):
+    """The data module's count of an epoch's batches done is per process: a checkpoint 3 batches into an epoch of
+    one process, resumed by two DDP processes, would train each rank's share from its 4th batch (images the first
+    process trained, or never reached). Refused before anything starts or is written; an epoch's end is not."""
+    monkeypatch.chdir(tmp_path)
+    stop = ["--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "3"]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", *SGD, *stop)) == 0
+    (run,) = run_dirs(tmp_path / "logs")
+    state = torch.load(run / "checkpoints" / "at.ckpt", weights_only=True)["MNISTDataModule"]
+    assert state == {"train_batches_done": 3, "world_size": 1}
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*"))
+    ddp = ["--config", str(REPO / "configs/trainer/ddp_cpu.yaml")]
+    capsys.readouterr()
+    resume = tiny_args(tiny_mnist, tmp_path / "logs", *SGD, *ddp, "--ckpt_path", str(run / "checkpoints" / "at.ckpt"))
+    assert run_main(resume) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "3 batches into an epoch by 1 process(es), and this resume runs 2" in err[0], err
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*")) == before

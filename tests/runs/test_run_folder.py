@@ -302,10 +302,10 @@ def test_config_killed_while_written_leaves_no_empty_config_and_a_retry_continue
     logs = tmp_path / "logs"
     real_replace = os.replace
 
-    def killed_on_config(src, dst):
+    def killed_on_config(src, dst, **dir_fds):
         if Path(dst).name == "config.yaml":
             raise SystemExit(137)  # the worker was killed between writing and renaming
-        return real_replace(src, dst)
+        return real_replace(src, dst, **dir_fds)
 
     monkeypatch.setattr(files.os, "replace", killed_on_config)
     args = tiny_args(tiny_mnist, logs, "--trainer.logger.init_args.version", "5")  # a sweep trial's folder

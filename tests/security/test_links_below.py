@@ -11,6 +11,8 @@ from pathlib import Path
 
 import optuna
 import pytest
+from helpers import run_main, tiny_args
+from lightning.pytorch.callbacks import Callback
 
 from project.errors import ConfigError
 from project.runs import files
@@ -116,3 +118,42 @@ def test_the_given_folder_is_created_when_missing(tmp_path):
     trial = optuna.create_study().ask()
     run, info = sweep_trial._prepare_run(logs / "sweep", trial, 0, retried=False)
     assert run.is_dir() and info == {} and run == logs / "sweep" / "version_0"
+
+
+class SwapAt(Callback):
+    """Test-only: at the start of the second training epoch, moves ``what`` of the run (``run``: the run folder,
+    ``checkpoints``, ``experiment``: the folder above it) to ``<what>.moved`` and puts a symbolic link to ``outside``
+    in its place, as someone with write access to the logs folder could mid-run."""
+
+    def __init__(self, what: str, outside: str) -> None:
+        self.what, self.outside = what, outside
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch != 1:
+            return
+        run = Path(trainer.logger.log_dir)
+        target = {"run": run, "checkpoints": run / "checkpoints", "experiment": run.parent}[self.what]
+        target.rename(target.with_name(target.name + ".moved"))
+        target.symlink_to(self.outside, target_is_directory=True)
+
+
+@pytest.mark.parametrize("what", ["experiment", "run", "checkpoints"])
+def test_a_folder_swapped_for_a_link_mid_fit_stops_the_run_and_nothing_lands_outside(
+    what, tiny_mnist, tmp_path, monkeypatch, capsys
+):
+    """fit's own files (checkpoints through Lightning's checkpoint IO, metrics.csv, results.json, TensorBoard's events
+    and hparams.yaml) are written below the logger's save_dir through directory descriptors: a folder of the run
+    swapped for a link after the first epoch is refused at the next write, one ``error:`` line naming it; nothing
+    lands in the link's target, and the failed run's clean-up removes nothing through the link either."""
+    monkeypatch.chdir(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    swap = ["--trainer.callbacks+=test_links_below.SwapAt", "--trainer.callbacks.what", what]
+    swap += ["--trainer.callbacks.outside", str(outside)]
+    assert run_main(tiny_args(tiny_mnist, tmp_path / "logs", "--trainer.max_epochs", "2", *swap)) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "a symbolic link or a file stands where a folder under" in err[0], err
+    assert sorted(p.name for p in outside.rglob("*")) == ["precious.txt"]
+    moved = next((tmp_path / "logs").rglob("*.moved"))
+    assert any(moved.rglob("epoch00-*.ckpt"))  # what the first epoch wrote stays where it was written

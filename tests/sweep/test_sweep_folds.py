@@ -101,9 +101,12 @@ def test_the_pruner_compares_a_fold_with_the_same_fold():
 
 
 @pytest.mark.slow
-def test_a_3_fold_smoke_sweep_on_fashion_mnist_reports_mean_and_std_over_folds(fashion_data, tmp_path):
+def test_a_3_fold_smoke_sweep_of_an_own_net_on_fashion_mnist_reports_mean_and_std_over_folds(fashion_data, tmp_path):
+    """One point, its 3 folds, of the user's own net (``helpers.OwnNet``, from a package outside the project, on the
+    trials' command line): each trial trains that net on its fold."""
     spec = kfold_sweep(tmp_path, folds=3, seeds=[1], space={LR: [0.05]})  # one point: its 3 folds
-    proc = run_sweep(["--config", str(spec), "--data.data_dir", str(fashion_data)], tmp_path)
+    args = ["--config", str(spec), "--data.data_dir", str(fashion_data), "--model.net", "helpers.OwnNet"]
+    proc = run_sweep(args, tmp_path, PYTHONPATH=str(REPO / "tests"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     folder = tmp_path / "logs" / "kfold"
     study = study_of("kfold", f"sqlite:///{folder / 'study.db'}")
@@ -124,8 +127,9 @@ def test_a_3_fold_smoke_sweep_on_fashion_mnist_reports_mean_and_std_over_folds(f
         assert (results["folds"], results["fold"]) == (3, t.params["fold"])
         info = json.loads((run / "trial.json").read_text())
         assert info["fold"] == t.params["fold"]
-        config = yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"]
-        assert (config["folds"], config["fold"]) == (3, t.params["fold"])
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert (config["data"]["init_args"]["folds"], config["data"]["init_args"]["fold"]) == (3, t.params["fold"])
+        assert config["model"]["net"]["class_path"] == "helpers.OwnNet" and results["params"] == 72 + 8 + 1290
     best = max(report["points"], key=lambda p: p["mean"])
     text = (folder / "report.md").read_text()
     assert f"best_val_acc {best['mean']:.4f} ± {best['std']:.4f} over 3 fold(s) x 1 seed(s)" in text
