@@ -67,6 +67,29 @@ def make_tiny_mnist(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     return {"source": source, "data": root / "data"}
 
 
+def make_tiny_kmnist(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Write KMNIST's four ``.gz`` archives in the MNIST format (600 train / 100 test learnable images; KMNIST's
+    own layout, which torchvision reads as MNIST's) into ``root/source`` and patch torchvision's archive md5 list
+    and the IDX sizes through ``monkeypatch``. No content md5 is patched: KMNIST publishes none, and the data
+    module checks its files against the kept archives. Returns ``{"source": archives, "data": empty data_dir}``."""
+    rng = np.random.default_rng(3)
+    source = root / "source"
+    source.mkdir(parents=True)
+    sizes, resources = {}, []
+    for split, n in (("train", 600), ("t10k", 100)):
+        labels = rng.integers(0, 10, size=n).astype(np.uint8)
+        for kind, arr in (("images-idx3", learnable_images(labels, (28, 28), rng)), ("labels-idx1", labels)):
+            name = f"{split}-{kind}-ubyte"
+            raw = idx_bytes(arr)
+            gz = gzip.compress(raw, mtime=0)
+            (source / f"{name}.gz").write_bytes(gz)
+            sizes[name] = len(raw)
+            resources.append((f"{name}.gz", md5(gz)))
+    monkeypatch.setattr(torchvision.datasets.KMNIST, "resources", resources)
+    monkeypatch.setitem(archives.RAW_SIZES, "KMNIST", sizes)
+    return {"source": source, "data": root / "data"}
+
+
 # A ``sitecustomize.py`` for the Python processes a test starts (:func:`tables_site`): it sets the tiny data set's md5
 # and size tables as soon as the project imports project.data.archives (nothing is imported earlier: torchrun's agent
 # sets its log level before torch loads), so a child's command is unchanged (``python -m project.fit ...``) and the

@@ -1,8 +1,8 @@
 """Data for the recipes: torchvision-backed LightningDataModules, offline import, device-resident batches.
 
 * :mod:`project.data.archives` -- archive integrity (md5, IDX sizes) and offline import;
-* :mod:`project.data.modules` -- ``MNISTDataModule``, ``FashionMNISTDataModule``, ``CIFAR10DataModule``,
-  ``CIFAR100DataModule``;
+* :mod:`project.data.modules` -- ``MNISTDataModule``, ``FashionMNISTDataModule``, ``KMNISTDataModule``,
+  ``CIFAR10DataModule``, ``CIFAR100DataModule``;
 * :mod:`project.data.folders` -- ``ImageFolderDataModule``: your own images in ``train/<class>/`` folders;
 * :mod:`project.data.base` -- ``VisionDataModule``, the hooks they share (prepare, seeded split, loaders);
 * :mod:`project.data.loaders` -- samplers and DataLoaders (resume-aware, worker processes), the batch check;
@@ -13,13 +13,20 @@ The face: the class paths configs name, e.g. ``class_path: project.data.MNISTDat
 
 from project.data.base import VisionDataModule
 from project.data.folders import ImageFolderDataModule
-from project.data.modules import CIFAR10DataModule, CIFAR100DataModule, FashionMNISTDataModule, MNISTDataModule
+from project.data.modules import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    FashionMNISTDataModule,
+    KMNISTDataModule,
+    MNISTDataModule,
+)
 
 __all__ = [
     "CIFAR10DataModule",
     "CIFAR100DataModule",
     "FashionMNISTDataModule",
     "ImageFolderDataModule",
+    "KMNISTDataModule",
     "MNISTDataModule",
     "VisionDataModule",
 ]

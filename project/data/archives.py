@@ -73,7 +73,7 @@ RAW_SIZES: dict[str, dict[str, int]] = {
         "t10k-images-idx3-ubyte": 7_840_016,
         "t10k-labels-idx1-ubyte": 10_008,
     }
-    for name in ("MNIST", "FashionMNIST")
+    for name in ("MNIST", "FashionMNIST", "KMNIST")
 }
 
 # The published CIFAR-10 archive holds its folder and 8 files, the largest 31 MB.
@@ -186,9 +186,10 @@ def download_with_torchvision(
         ) from None
 
 
-def _decompress_bounded(archive: Path, target: Path, size: int, md5: str) -> str:
+def _decompress_bounded(archive: Path, target: Path, size: int, md5: str | None) -> str:
     """Decompress the gzip ``archive`` into ``target`` through a temporary file, never past ``size`` bytes; the
-    file is renamed into place only when the content has this ``md5``.
+    file is renamed into place only when the content has this ``md5`` (any content of ``size`` bytes with ``None``:
+    the archive itself was checked).
 
     Returns:
         the md5 of the content, which is exactly ``size`` bytes; nothing is left on disk unless it is ``md5``.
@@ -210,7 +211,7 @@ def _decompress_bounded(archive: Path, target: Path, size: int, md5: str) -> str
                 out.write(chunk)
         if written != size:
             raise DataError(f"decompresses to {written} bytes, not the {size} of the original {target.name}")
-        if digest.hexdigest() == md5:
+        if md5 is None or digest.hexdigest() == md5:
             os.replace(tmp, target)
     except (OSError, EOFError, zlib.error) as e:
         raise DataError(f"is not a valid gzip archive ({e})") from None
@@ -243,7 +244,11 @@ def import_idx_archives(dataset_cls: type[datasets.MNIST], source_dir: Path, raw
     """
     names = [name for name, _ in dataset_cls.resources]
     require_archives(source_dir, names, dataset_cls.__name__)
-    raw_md5, raw_sizes = RAW_MD5[dataset_cls.__name__], RAW_SIZES[dataset_cls.__name__]
+    raw_sizes = RAW_SIZES[dataset_cls.__name__]
+    if dataset_cls.__name__ not in RAW_MD5:
+        _import_kept_archives(dataset_cls, source_dir, raw_folder, raw_sizes)
+        return
+    raw_md5 = RAW_MD5[dataset_cls.__name__]
     with created_dirs(raw_folder):
         raw_folder.mkdir(parents=True, exist_ok=True)
         for name, archive_md5 in dataset_cls.resources:
@@ -262,6 +267,71 @@ def import_idx_archives(dataset_cls: type[datasets.MNIST], source_dir: Path, raw
                 )
             if got_archive != archive_md5:
                 log.info("%s is a re-compressed copy; its content matches the published md5", archive)
+
+
+def _import_kept_archives(
+    dataset_cls: type[datasets.MNIST], source_dir: Path, raw_folder: Path, raw_sizes: dict[str, int]
+) -> None:
+    """:func:`import_idx_archives` for a data set whose content md5 is not published (KMNIST: torchvision lists the
+    archives' md5 only): each archive must have its published md5 exactly (a re-compressed copy cannot be told
+    from another content), is decompressed bounded by the IDX size, and is kept beside its content in
+    ``raw_folder``, as torchvision's own download keeps it, so that :func:`check_against_archive` can check the
+    content later.
+
+    Raises:
+        DataError: an archive fails its md5 check or does not decompress to the published size; nothing of it is
+            left in ``raw_folder``.
+    """
+    with created_dirs(raw_folder):
+        raw_folder.mkdir(parents=True, exist_ok=True)
+        for name, archive_md5 in dataset_cls.resources:
+            archive, target = source_dir / name, raw_folder / name.removesuffix(".gz")
+            if (got := calculate_md5(archive)) != archive_md5:
+                raise DataError(
+                    f"{archive} fails its md5 check (got {got}, expected {archive_md5}); {dataset_cls.__name__} "
+                    "publishes no md5 of the decompressed files, so only the original archive is accepted"
+                )
+            try:
+                _decompress_bounded(archive, target, raw_sizes[target.name], None)
+            except DataError as e:
+                raise DataError(f"{archive} {e}; replace it with the original file") from None
+            if archive.resolve() != (raw_folder / name).resolve():  # kept: the content's reference
+                fd, tmp = tempfile.mkstemp(dir=raw_folder, prefix=f".{name}.", suffix=".tmp")
+                try:
+                    with os.fdopen(fd, "wb") as out, open(archive, "rb") as f:
+                        shutil.copyfileobj(f, out)
+                    os.replace(tmp, raw_folder / name)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
+
+
+def check_against_archive(path: Path, archive: Path, archive_md5: str) -> None:
+    """Check an extracted IDX file whose md5 is not published against the archive it came from, kept beside it:
+    the archive must have its published md5, and ``path`` must be exactly its decompressed content (compared by
+    md5, decompression bounded by ``path``'s size).
+
+    Raises:
+        DataError: the archive is missing or fails its md5 check, or ``path`` is not its content.
+    """
+    if not archive.is_file():
+        raise DataError(f"{archive} is missing (kept to check {path.name} against); {FIX}")
+    if (got := calculate_md5(archive)) != archive_md5:
+        raise DataError(f"{archive} fails its md5 check (got {got}, expected {archive_md5}); {FIX}")
+    size = path.stat().st_size
+    digest = hashlib.md5(usedforsecurity=False)
+    written = 0
+    try:
+        with gzip.open(archive, "rb") as f:
+            while chunk := f.read(min(1 << 20, size + 1 - written)):
+                written += len(chunk)
+                digest.update(chunk)
+                if written > size:
+                    break
+    except (OSError, EOFError, zlib.error) as e:
+        raise DataError(f"{archive} is not a valid gzip archive ({e}); {FIX}") from None
+    if written != size or digest.hexdigest() != calculate_md5(path):
+        raise DataError(f"{path} is not the content of {archive.name} (md5 or size differ); {FIX}")
 
 
 def import_cifar_archive(dataset_cls: type[datasets.CIFAR10], source_dir: Path, data_dir: Path) -> None:

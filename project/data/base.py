@@ -98,6 +98,10 @@ class VisionDataModule(L.LightningDataModule):
     input_shape: tuple[int, int, int]
     num_classes: int = 10
     resize: str = "stretch"  # how predict brings a picture of another size to input_shape (images.fit_to)
+    # True: ``mean``/``std`` are the training split's own, computed at setup (loaders.pixel_statistics) and carried
+    # in the checkpoint (a data set with no published statistics); the class's values stand until then
+    stats_from_data: ClassVar[bool] = False
+    _stats_loaded = False  # the statistics came from a checkpoint: setup keeps them
 
     if TYPE_CHECKING:  # Lightning types it AttributeDict | MutableMapping; save_hyperparameters makes it the former
 
@@ -241,12 +245,26 @@ class VisionDataModule(L.LightningDataModule):
         n = len(self.train_set)
         if self.hparams.folds is not None:
             self.split = fold_split(self.labels(), self.hparams.folds, self.hparams.fold, self.hparams.seed)
-            return
-        val_size = self.hparams.val_size
-        if val_size >= n:
-            raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} training images")
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
-        self.split = (perm[val_size:], perm[:val_size])
+        else:
+            val_size = self.hparams.val_size
+            if val_size >= n:
+                raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} training images")
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
+            self.split = (perm[val_size:], perm[:val_size])
+        if self.stats_from_data and not self._stats_loaded:
+            self.mean, self.std = loaders.pixel_statistics(self.train_set.data, self.split[0])
+        if self.stats_from_data:
+            self._set_transforms()
+
+    def _set_transforms(self) -> None:
+        """The datasets' transforms for the current ``mean``/``std`` (the statistics the data decided)."""
+        for dataset, transform in (
+            (self.train_set, self.train_transform()),
+            (self.val_set, self.eval_transform()),
+            (self.test_set, self.eval_transform()),
+        ):
+            if dataset is not None:
+                dataset.transform = transform
 
     def labels(self) -> torch.Tensor:
         """The class of each official training image, int64 (N,), from the data set's ``targets`` (torchvision's
@@ -338,12 +356,34 @@ class VisionDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         """Saved in every checkpoint: ``{"train_batches_done": n, "world_size": w}``, the batches of the unfinished
         epoch each of the ``w`` processes trained (a count per process: it means ``n * batch_size * w`` samples,
-        and only under ``w`` processes, which is what a resume is checked against: :mod:`project.cli.gate`)."""
-        return {"train_batches_done": batches_done(self.trainer), "world_size": self._world()[0]}
+        and only under ``w`` processes, which is what a resume is checked against: :mod:`project.cli.gate`); with
+        :attr:`stats_from_data`, also ``mean`` and ``std`` (lists, one float per channel)."""
+        state: dict[str, Any] = {"train_batches_done": batches_done(self.trainer), "world_size": self._world()[0]}
+        if self.stats_from_data:
+            state |= {"mean": list(self.mean), "std": list(self.std)}
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume mid-epoch: the next training loader skips the batches already trained."""
+        """Resume mid-epoch: the next training loader skips the batches already trained. With
+        :attr:`stats_from_data`, take the checkpoint's ``mean``/``std`` (so evaluate, predict and export normalize
+        as the net was trained, with or without the data).
+
+        Raises:
+            DataError: the statistics are not one number per channel (a positive one for ``std``).
+        """
         self._resume_batches = int(state_dict.get("train_batches_done", 0))
+        if not self.stats_from_data or "mean" not in state_dict:
+            return
+        mean, std, channels = state_dict.get("mean"), state_dict.get("std"), self.input_shape[0]
+        values = [*mean, *std] if isinstance(mean, list) and isinstance(std, list) else []
+        if len(values) != 2 * channels or not all(isinstance(x, float) for x in values) or min(values[channels:]) <= 0:
+            raise DataError(
+                f"the checkpoint's normalization statistics are not {channels} number(s) each: {mean}, {std}"
+            )
+        self.mean, self.std = tuple(values[:channels]), tuple(values[channels:])
+        self._stats_loaded = True
+        if self.train_set is not None:
+            self._set_transforms()
 
     def _eval_loader(self, stage: str) -> Any:
         if self.hparams.in_memory:

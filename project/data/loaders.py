@@ -97,6 +97,25 @@ def device_splits(
     return tensors
 
 
+def pixel_statistics(data: Any, indices: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and standard deviation (population, ``correction=0``) of pixel values in [0, 1] over the
+    images ``indices`` of ``data`` (uint8, (N, H, W) or (N, H, W, C); a tensor or an array), summed in float64 a
+    block at a time (a 60,000-image set never becomes one float copy). A std of 0 (a constant image) is 1.0."""
+    images = torch.as_tensor(data)
+    images = images.unsqueeze(-1) if images.ndim == 3 else images
+    total = torch.zeros(images.shape[-1], dtype=torch.float64)
+    squares = torch.zeros_like(total)
+    count = 0
+    for block in torch.split(torch.as_tensor(indices, dtype=torch.int64), 8192):
+        x = images[block].to(torch.float64).div_(255).reshape(-1, images.shape[-1])
+        total += x.sum(0)
+        squares += x.square().sum(0)
+        count += x.shape[0]
+    mean = total / max(count, 1)
+    std = (squares / max(count, 1) - mean.square()).clamp_min(0).sqrt()
+    return tuple(float(m) for m in mean), tuple(float(s) or 1.0 for s in std)
+
+
 def check_sizes(n_train: int, world: int, batch_size: int, val_size: int) -> None:
     """Refuse a split that gives no training batch.
 
