@@ -396,7 +396,9 @@ SWITCHES = {
 def free_port_for_slurm() -> tuple[str, int]:
     """A SLURM job id whose port (Lightning: 15000 + the id's last 4 digits) is free on 127.0.0.1, and the port."""
     for _ in range(200):
-        port = random.randrange(15000, 25000)
+        # not the module-level random: in-process fits seed it (seed_everything 42), and the two xdist workers then
+        # drew the same "random" ports, one test's port taken by the other's between this probe and its use
+        port = random.SystemRandom().randrange(15000, 25000)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

@@ -39,6 +39,7 @@ FACES = {
         "VisionDataModule",
         "ImageFolderDataModule",
         "CIFAR100DataModule",
+        "KMNISTDataModule",
     },
     "project.callbacks": {
         "Pruning",
