@@ -290,8 +290,18 @@ VAL_SIZES = [
 ]
 
 
-@pytest.mark.parametrize(("extra", "want"), VAL_SIZES, ids=["unset", "30", "5000", "with-val"])
-@pytest.mark.parametrize("switched", [False, True], ids=["config", "class-switched-on-the-command-line"])
+CASES = [
+    (*case, switched) for case in VAL_SIZES for switched in (False, True) if not switched or case in VAL_SIZES[::2]
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "want", "switched"),
+    CASES,
+    ids=[
+        f"{c[0][1] if c[0] else 'unset'}{'-val' if '--val' in c[0] else ''}{'-switched' if c[2] else ''}" for c in CASES
+    ],
+)
 def test_a_val_size_as_written_takes_effect_or_is_refused(extra, want, switched, tmp_path, monkeypatch, capsys):
     """``data.val_size`` on an image folder, from its own config or with ``--data`` switching the class from the
     default MNIST (jsonargparse then carries MNIST's settings over): a number is taken as written or refused with

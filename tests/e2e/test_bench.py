@@ -31,6 +31,9 @@ def run_bench(tmp_path, rows, config=REPO / "configs/mnist.yaml", repeats=2):
         str(repeats),
         "--num_workers",
         "0",
+        # a small ceiling GEMM: 1024 x 1024 in emulated bf16 took 8 s a product on one CPU thread (3 tests x 3)
+        "--gemm_size",
+        "256",
         "--slim_config",
         str(REPO / "configs/slim.yaml"),  # its default, from any working directory
         "--out",
@@ -87,7 +90,7 @@ def test_bench_writes_every_row_with_the_configs_settings(tmp_path):
     assert 12e6 < data["flops_per_sample"] < 14e6
     assert data["gemm_gflops"]["fp32"] > 1 and data["gemm_gflops"]["bfloat16"] > 0
     rounds = data["fp32_gemm_gflops_per_round"]  # the fp32 ceiling: the best GEMM of the rounds, one per repeat
-    assert len(rounds) == 2 and data["gemm_gflops"]["fp32"] == max(rounds)
+    assert len(rounds) == 2 and data["gemm_gflops"]["fp32"] == max(rounds) and data["gemm_size"] == 256
     for r in rows:
         if r["row"].startswith("data_"):
             assert r["gflops"] is None
