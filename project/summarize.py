@@ -46,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(
         prog="python -m project.summarize",
         description=__doc__.splitlines()[0],
-        epilog="KEY: a results.json key, 'experiment', or a dotted config key (any unambiguous ending: lr, amount).",
+        epilog=(
+            "KEY: a results.json key, 'experiment', or a dotted config key (any unambiguous ending: lr, amount); "
+            "lr is OneCycleLR's max_lr in runs it schedules, as it sets their rate."
+        ),
     )
     p.add_argument("roots", nargs="*", default=["logs"], metavar="FOLDER", help="logs folders or run folders")
     p.add_argument(

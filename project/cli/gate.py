@@ -131,10 +131,13 @@ class CheckpointGate:
             if k in saved and saved.get(k) != data.get(k) and not (k == "val_size" and data.get(k) is None)
         ]
         if changed:
-            what = ", ".join(f"data.{k} {a!r} -> {b!r}" for k, a, b in changed)
+            # data.seed is not set by hand: it follows seed_everything (ProjectCLI links them), so name that key.
+            names = {k: "seed_everything" if k == "seed" else f"data.{k}" for k, _, _ in changed}
+            what = ", ".join(f"{names[k]} {a!r} -> {b!r}" for k, a, b in changed)
+            own = ", ".join(f"{names[k]}: {a!r}" for k, a, _ in changed)
             raise ConfigError(
-                f"ckpt_path: the run was validating on other images ({what}); resume with the run's own "
-                f"{', '.join(f'data.{k}: {a!r}' for k, a, _ in changed)}, or start a new run (drop --ckpt_path)"
+                f"ckpt_path: the run was validating on other images ({what}); resume with the run's own {own}, "
+                "or start a new run (drop --ckpt_path)"
             )
 
     def check_processes(self, data_key: str, world_size: int) -> None:

@@ -58,6 +58,11 @@ _WORDS = {
 }
 
 
+# Python's own words for a module it cannot find (ModuleNotFoundError), which jsonargparse folds into its message.
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+_NO_ATTRIBUTE = re.compile(r"module '[^']+' has no attribute '[^']+'")
+
+
 def _said(error: BaseException) -> _Said:
     """What ``error`` itself says (its own message, not the messages of the errors nested in it), in words: the one
     place that reads jsonargparse's message text."""
@@ -106,6 +111,15 @@ def _explain(error: BaseException) -> str:
     keys = [s.key for e, s in zip(chain, said) if isinstance(e, TypeError) and s.key and s.key != "init_args"]
     cls = next((s.class_path for s in reversed(said) if s.class_path), None)
     root, why = chain[-1], said[-1]
+    missing = next((m for e in chain if (m := _NO_MODULE.search(str(e)))), None)
+    if missing and keys and not isinstance(error, UserError):  # a class path whose package Python cannot find
+        return (
+            f"{'.'.join(keys)}: cannot import {missing.group(1)} ({missing.group(0)}): install the package that "
+            "holds it, or put the folder that holds it on PYTHONPATH"
+        )
+    absent = next((m for e in chain if (m := _NO_ATTRIBUTE.search(str(e)))), None)
+    if absent and keys and not isinstance(error, UserError):  # the module imports, the name is not in it
+        return f"{'.'.join(keys)}: {absent.group(0)}"
     if not keys or isinstance(error, UserError):
         return _first_line(root if isinstance(root, KeyError) else error)
     key = ".".join(keys)

@@ -248,7 +248,10 @@ class VisionDataModule(L.LightningDataModule):
         else:
             val_size = self.hparams.val_size
             if val_size >= n:
-                raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} training images")
+                raise ConfigError(
+                    f"data.val_size: {val_size} must be smaller than the {n} training images; set --data.val_size "
+                    f"below {n} (e.g. {max(n // 10, 1)}, a tenth)"
+                )
             perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
             self.split = (perm[val_size:], perm[:val_size])
         if self.stats_from_data and not self._stats_loaded:

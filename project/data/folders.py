@@ -435,7 +435,10 @@ class ImageFolderDataModule(VisionDataModule):
             else:
                 val_size = hp.val_size if hp.val_size is not None else max(n // 10, 1)  # unset: a tenth of train/
                 if val_size >= n:
-                    raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} images of train/")
+                    raise ConfigError(
+                        f"data.val_size: {val_size} must be smaller than the {n} images of train/; set "
+                        f"--data.val_size below {n}, or drop it for a tenth ({max(n // 10, 1)})"
+                    )
                 perm = torch.randperm(n, generator=torch.Generator().manual_seed(hp.seed))
                 self.split = (perm[val_size:], perm[:val_size])
                 self.split_off = val_size

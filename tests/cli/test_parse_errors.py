@@ -50,6 +50,20 @@ KINDS = [
         "trainer.callbacks.layers: invalid value 'Conv3d'; expected a list of (one of 'Conv2d', 'Linear') or null",
     ),
     (["--model.optimizer.init_args.lr", "abc"], "model.optimizer.lr: invalid value 'abc'; expected float"),
+    # a class path Python cannot import: the module named, and the two ways to make it importable
+    *[
+        (
+            [key, path],
+            f"{key[2:].rstrip('+')}: cannot import no_such_pkg (No module named 'no_such_pkg'): install the package "
+            "that holds it, or put the folder that holds it on PYTHONPATH",
+        )
+        for key, path in [
+            ("--model.net", "no_such_pkg.nets.MyNet"),
+            ("--model.optimizer", "no_such_pkg.Opt"),
+            ("--trainer.callbacks+", "no_such_pkg.Callback"),
+        ]
+    ],
+    (["--model.net", "torch.nn.NoSuchNet"], "model.net: module 'torch.nn' has no attribute 'NoSuchNet'"),
     # an unknown option
     (["--model.lrr", "0.1"], "unrecognized arguments: --model.lrr 0.1; did you mean --model.optimizer.lr?"),
 ]

@@ -285,7 +285,11 @@ VAL_SIZES = [
     ([], 12),  # unset: a tenth of the 120 train/ images, recorded as a number
     (["--data.val_size", "30"], 30),
     # the archive sets' default written out is taken as written (it was once read as "unset")
-    (["--data.val_size", "5000"], "data.val_size: 5000 must be smaller than the 120 images of train/"),
+    (
+        ["--data.val_size", "5000"],
+        r"data.val_size: 5000 must be smaller than the 120 images of train/; set --data.val_size below 120, or drop "
+        r"it for a tenth \(12\)",
+    ),
     (["--data.val_size", "10", "--val"], "data.val_size: 10 with .*/val, which is the validation set"),
 ]
 

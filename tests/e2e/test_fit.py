@@ -129,7 +129,10 @@ BAD = [
     (["--model.optimizer.init_args.lr", "abc"], "model.optimizer.lr: invalid value 'abc'; expected float"),
     (["--model.optimizer.lr", "-1"], "model.optimizer: Invalid learning rate: -1"),
     (["--model.net", "simple_cnn"], "model.net: simple_cnn takes 3x32x32 images but the data gives 1x28x28"),
-    (["--data.val_size", "600"], "data.val_size: 600 must be smaller than the 600 training images"),
+    (
+        ["--data.val_size", "600"],
+        "data.val_size: 600 must be smaller than the 600 training images; set --data.val_size below 600 (e.g. 60",
+    ),
     (["--config", "missing.yaml"], "missing.yaml"),
     (["--ckpt_path", "missing.ckpt"], "ckpt_path: missing.ckpt does not exist"),
     (
