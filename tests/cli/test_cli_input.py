@@ -469,9 +469,29 @@ def test_single_node_ddp_listens_on_loopback_only(fashion_data, tmp_path):
     assert all(s.rsplit(":", 1)[0] in ("127.0.0.1", "::1") for s in sockets), sockets
 
 
+# Switches that change no dtype or numeric path on a CPU (what is logged or checked, and when; cudnn's flags, which a
+# CPU ignores; the schedule): one pick is enough. Those that touch the step (clipping, accumulation, anomaly
+# detection, the profilers) run under both picks in the tuned-config matrix above.
+ONE_PICK = {
+    "benchmark",
+    "cudnn off",
+    "overfit_batches",
+    "profiler",
+    "detect_anomaly",
+    "accumulate",
+    "gradient_clip",
+    "no sanity check",
+    "no checkpointing",
+    "val every 2nd epoch",
+    "log every step",
+    "one-cycle",
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("name", "picked"), precision_cases(SWITCHES, lambda n: _sets_precision(SWITCHES[n][0]), {"in_memory"})
+    ("name", "picked"),
+    precision_cases(SWITCHES, lambda n: _sets_precision(SWITCHES[n][0]) or n in ONE_PICK, {"in_memory"}),
 )
 def test_every_switch_under_each_auto_precision(name, picked, tiny_mnist, tmp_path, monkeypatch):
     """Every switch (helpers.SWITCHES) trains and is recorded, under each precision auto_precision can pick

@@ -664,7 +664,8 @@ def test_an_image_folder_under_ddp_gives_every_rank_the_same_classes_split_and_s
 def test_sigterm_in_any_phase_of_a_ddp_run_stops_both_processes_and_the_requeue_resumes_exactly(
     phase, ddp_tiny, one_node_two_processes, tmp_path
 ):
-    """A SIGTERM that reaches one process of a 2-process run: rank 1 in a training step (one task signalled), or
+    """A SIGTERM that reaches one process of a 2-process run: rank 1 in a training step of the second epoch (one task
+    signalled; the requeue is then the exact resume of a DDP run from the middle of an epoch), or
     rank 0 (``docker stop`` signals the launching process) during the validation or the test. Lightning's own
     handler left the processes hung in a collective only one had entered, or stopped one and not the other; here
     both stop where they agreed to (project.cluster.stop), each with one error line, and end by
@@ -674,7 +675,7 @@ def test_sigterm_in_any_phase_of_a_ddp_run_stops_both_processes_and_the_requeue_
     args = [*ddp_args(tmp_path, ddp_tiny, "logs", devices=2, nodes=1), "--trainer.callbacks+=helpers.Sigterm"]
     env = with_site(clean_env(PROJECT_JOB_ID="stop-job"), ddp_tiny["site"])
     signal_at = {
-        "step": {"SIGTERM_AT": "3"},
+        "step": {"SIGTERM_AT": "9", "SIGTERM_RANK": "1"},  # 3 batches into epoch 1: each rank's sampler shard
         "validation": {"SIGTERM_IN": "validation"},
         "test": {"SIGTERM_IN": "test"},
     }
@@ -689,8 +690,16 @@ def test_sigterm_in_any_phase_of_a_ddp_run_stops_both_processes_and_the_requeue_
     assert not (run / "results.json").exists()
     if phase != "test":  # a stop during the fit saves where it stopped
         assert [p.name for p in (run / "checkpoints").glob("hpc_ckpt_*.ckpt")] == ["hpc_ckpt_1.ckpt"]
+        assert f"SIGTERM: saved {run / 'checkpoints' / 'hpc_ckpt_1.ckpt'}" in stopped.stderr
+    # the requeue, as SLURM or a replaced pod (deploy/kubernetes: no SLURM variables) runs it: the same command and
+    # PROJECT_JOB_ID resume that job's run in place
     requeued = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     check_same_as_reference(tmp_path / "logs", one_node_two_processes, [(requeued.returncode, requeued.stderr)])
+    assert "job stop-job was requeued" in requeued.stderr
+    job = json.loads((run / "slurm_job.json").read_text())
+    assert job["job"] == "stop-job" and [s["restart_count"] for s in job["starts"]] == [0, 1]
+    if phase != "test":
+        assert "from hpc_ckpt_1.ckpt" in requeued.stderr and (run / "config-resume-1.yaml").is_file()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
@@ -728,25 +737,3 @@ def test_sigterm_to_pid_1_reaches_fit_through_tini(launcher, tiny, tmp_path):
         assert "error: torchrun stopped by SIGTERM; its training processes got it too" in out
     assert not (run / "results.json").exists()
     assert not Path(f"/proc/{init}").exists()
-
-
-def test_restarted_kubernetes_job_resumes_its_run_with_the_same_result(tiny, tmp_path, monkeypatch):
-    """deploy/kubernetes: a pod stopped by SIGTERM mid-epoch (no SLURM variables, as the kubelet stops it) saves a
-    checkpoint at that step; replaced, it runs the same command with the same PROJECT_JOB_ID (the run's name) and
-    resumes the run that Job started, in place, from that checkpoint, with the uninterrupted result."""
-    args = resume_args(tiny, tmp_path / "logs", "helpers.Sigterm")
-    ref_run = reference_run(args, tmp_path, monkeypatch)
-    uid = "3f6c1a52-9d1e-4c1b-8f0e-6a7b2c9d0e11"
-    first = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid, SIGTERM_AT="15"), tiny["site"]))
-    assert first.returncode == -signal.SIGTERM, first.stderr[-3000:]
-    (run,) = [r for r in run_dirs(tmp_path / "logs") if r.parent.name == "fashion_mnist"]
-    assert not (run / "results.json").exists()
-    sigterm_ckpt = run / "checkpoints" / "hpc_ckpt_1.ckpt"  # step 15, mid epoch 2; last.ckpt is step 10
-    assert torch.load(sigterm_ckpt, map_location="cpu", weights_only=True)["global_step"] == 15
-    assert f"SIGTERM: saved {sigterm_ckpt}" in first.stderr
-    # the replacement pod: same command, same Job uid
-    second = fit(args, tmp_path, with_site(clean_env(PROJECT_JOB_ID=uid), tiny["site"]))
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert f"job {uid} was requeued" in second.stderr and "from hpc_ckpt_1.ckpt" in second.stderr
-    job = check_resumed_like_reference(tmp_path / "logs", run, ref_run)
-    assert job["job"] == uid and [s["restart_count"] for s in job["starts"]] == [0, 1]

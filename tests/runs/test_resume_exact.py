@@ -3,9 +3,6 @@ uninterrupted run, bit for bit (CPU, ``deterministic: true``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,9 +10,6 @@ import pytest
 import torch
 from helpers import REPO, results, run_dirs, run_main, tiny_args
 from lightning.pytorch.callbacks import Callback
-from tiny_data import tables_site, with_site
-
-from project.data import FashionMNISTDataModule
 
 SGD = [
     "--model.optimizer",
@@ -140,64 +134,6 @@ def test_resume_mid_epoch_with_workers_and_a_plain_schedule(uninterrupted, tiny_
     (run,) = run_dirs(tmp_path / "b")
     assert run_main(tiny_args(tiny_mnist, tmp_path / "b", *args, "--ckpt_path", str(run / "checkpoints/at.ckpt"))) == 0
     assert_same_run(straight, run)
-
-
-def fit_process(site: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``python -m project.fit ARGS`` in ``cwd`` on the tiny data set, whose md5 tables the process and its DDP
-    rank get from ``site`` (:func:`tiny_data.tables_site`); returns the completed process."""
-    env = with_site({**os.environ, "PYTHONUNBUFFERED": "1"}, site)
-    cmd = [sys.executable, "-m", "project.fit", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-@pytest.mark.slow
-def test_ddp_resume_mid_epoch_is_exact(tiny_mnist, tmp_path, monkeypatch):
-    """Two DDP processes on the CPU (each rank its DistributedSampler shard), stopped after step 14 (4 batches into
-    epoch 1) and resumed: the uninterrupted run's weights, bit for bit. The Fashion-MNIST recipe on the tiny data
-    set (500 train images, 250 a rank in batches of 25: 10 steps an epoch), through the DataLoader path: each rank's
-    DistributedSampler shard resumes. The sampler runs in the main process whatever the loader, so worker processes
-    and the in-memory loader, which shards with the same sampler (project.data.loaders.sampler), are the
-    single-process cases' (test_resume_from_any_step_ends_with_the_uninterrupted_weights); a DDP run of each would
-    only add processes."""
-    loader = "workers_0"
-    path = [str(Path(__file__).parent), str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
-    FashionMNISTDataModule(data_dir=str(tiny_mnist["data"]), source_dir=str(tiny_mnist["source"])).prepare_data()
-    site = tables_site(tmp_path / "site")  # the tables tiny_mnist patched here, for the children
-    args = [
-        "--config",
-        str(REPO / "configs/fashion_mnist.yaml"),
-        "--config",
-        str(REPO / "configs/trainer/ddp_cpu.yaml"),
-        "--data.data_dir",
-        str(tiny_mnist["data"]),
-        "--data.val_size",
-        "100",
-        "--data.batch_size",
-        "25",
-        *LOADERS[loader],
-        "--trainer.max_epochs",
-        "2",
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.deterministic",
-        "true",
-        "--model.channels_last",
-        "false",
-    ]
-    straight = fit_process(site, [*args, "--trainer.logger.init_args.save_dir", "a"], cwd=tmp_path)
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    b = [*args, "--trainer.logger.init_args.save_dir", "b"]
-    stopped = fit_process(
-        site, [*b, "--trainer.callbacks+=test_resume_exact.StopAt", "--trainer.callbacks.step", "14"], cwd=tmp_path
-    )
-    assert stopped.returncode == 0, stopped.stderr[-3000:]
-    (run,) = run_dirs(tmp_path / "b")
-    assert torch.load(run / "checkpoints" / "at.ckpt", map_location="cpu", weights_only=True)["global_step"] == 14
-    resumed = fit_process(site, [*b, "--ckpt_path", str(run / "checkpoints" / "at.ckpt")], cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert results(run)["world_size"] == 2
-    assert_same_run(run_dirs(tmp_path / "a")[0], run)
 
 
 @pytest.mark.slow
