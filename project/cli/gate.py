@@ -133,8 +133,13 @@ class CheckpointGate:
         if changed:
             # data.seed is not set by hand: it follows seed_everything (ProjectCLI links them), so name that key.
             names = {k: "seed_everything" if k == "seed" else f"data.{k}" for k, _, _ in changed}
-            what = ", ".join(f"{names[k]} {a!r} -> {b!r}" for k, a, b in changed)
-            own = ", ".join(f"{names[k]}: {a!r}" for k, a, _ in changed)
+            written = {None: "null", True: "true", False: "false"}  # as a command line or YAML writes them
+
+            def as_written(v: Any) -> str:
+                return written[v] if v is None or isinstance(v, bool) else repr(v)
+
+            what = ", ".join(f"{names[k]} {as_written(a)} -> {as_written(b)}" for k, a, b in changed)
+            own = ", ".join(f"{names[k]}: {as_written(a)}" for k, a, _ in changed)
             raise ConfigError(
                 f"ckpt_path: the run was validating on other images ({what}); resume with the run's own {own}, "
                 "or start a new run (drop --ckpt_path)"

@@ -10,6 +10,7 @@ import enum
 import importlib
 import re
 import sys
+import traceback
 import types
 import typing
 from collections import abc
@@ -58,9 +59,30 @@ _WORDS = {
 }
 
 
+def failed_import(error: BaseException) -> str | None:
+    """Where the module a class path names failed while the parser imported it (``"pkg/__init__.py, line 3"``), when
+    ``error`` is what that module raised (a ``SyntaxError``, or any error its top-level code raises, which
+    jsonargparse passes on as it is for some option types, e.g. ``--model.optimizer``); else None."""
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not any(f.f_code.co_name in ("import_object", "import_module") for f, _ in frames):
+        return None
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{error.filename}, line {error.lineno}"
+    modules = [(f.f_code.co_filename, line) for f, line in frames if f.f_code.co_name == "<module>"]
+    return f"{modules[-1][0]}, line {modules[-1][1]}" if modules else None
+
+
 # Python's own words for a module it cannot find (ModuleNotFoundError), which jsonargparse folds into its message.
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 _NO_ATTRIBUTE = re.compile(r"module '[^']+' has no attribute '[^']+'")
+_GIVEN = re.compile(r"^\s*Given value: (\S+)$", re.MULTILINE)
+# A Union's refusal lists each member's reason; a class path's member (model.net) says why its import failed,
+# after its own prefix or as the module's own error text. Reasons that are about the value, not an import:
+_UNION_REASON = re.compile(
+    r"^\s*- (?!Expected a typing\.Literal)(?:Type .* expects a function or a callable class: )?(.+)$", re.MULTILINE
+)
+_NOT_RAISED = ("Expected", "Unexpected import object", "module '", "No module named")
+_DOTTED = re.compile(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*")
 
 
 def _said(error: BaseException) -> _Said:
@@ -112,9 +134,16 @@ def _explain(error: BaseException) -> str:
     cls = next((s.class_path for s in reversed(said) if s.class_path), None)
     root, why = chain[-1], said[-1]
     missing = next((m for e in chain if (m := _NO_MODULE.search(str(e)))), None)
+    given = next((m.group(1) for e in chain if (m := _GIVEN.search(str(e)))), None)
     if missing and keys and not isinstance(error, UserError):  # a class path whose package Python cannot find
+        module = missing.group(1)
+        if given and given.split(".")[0] != module.split(".")[0]:  # the named package imports one that is missing
+            return (
+                f"{'.'.join(keys)}: importing {given} failed: it imports {module} ({missing.group(0)}): install "
+                f"{module}, or put the folder that holds it on PYTHONPATH"
+            )
         return (
-            f"{'.'.join(keys)}: cannot import {missing.group(1)} ({missing.group(0)}): install the package that "
+            f"{'.'.join(keys)}: cannot import {module} ({missing.group(0)}): install the package that "
             "holds it, or put the folder that holds it on PYTHONPATH"
         )
     absent = next((m for e in chain if (m := _NO_ATTRIBUTE.search(str(e)))), None)
@@ -130,6 +159,10 @@ def _explain(error: BaseException) -> str:
     parser = next((e.parser for e in chain if isinstance(e, ParseError)), None)
     declared = _declared_type(parser, keys, cls)
     options = typing.get_args(declared) if _is_union(declared) else (declared,)
+    raised = next((m.group(1) for e in chain if (m := _UNION_REASON.search(str(e)))), None)
+    takes_class = any(typing.get_origin(o) is abc.Callable for o in options)  # model.net: a name or a class path
+    if takes_class and raised and given and _DOTTED.fullmatch(given) and not raised.startswith(_NOT_RAISED):
+        return f"{key}: importing {given} failed: {raised}; fix that module, or name another class"
     if any(_is_restricted(o) for o in options):  # a restricted type's own check refused it: its name and rule
         if why.rule:
             return f"{key}: {why.given} is not a {_type_words(declared)} (needs {why.rule})"

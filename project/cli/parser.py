@@ -29,7 +29,7 @@ from project.callbacks.pruning import Pruning
 from project.callbacks.training import CudnnFlags, Throughput
 from project.cli import checks
 from project.cli.gate import CheckpointGate
-from project.cli.parse_errors import ParseError, misspelling_hint
+from project.cli.parse_errors import ParseError, failed_import, misspelling_hint
 from project.cluster import ddp, slurm
 from project.data.base import VisionDataModule
 from project.errors import ConfigError
@@ -245,6 +245,14 @@ class ProjectCLI(adapters.TrainerCallbacksCLI):
         except ArgumentError as e:  # with the parser, whose declared types explain_parse_error looks up
             given_args = list(args) if isinstance(args, list | tuple) else []
             raise ParseError(e, parser, misspelling_hint(e, parser, given_args)) from e
+        except Exception as e:  # what a module a class path names raised as it was imported
+            where = failed_import(e)
+            if where is None:
+                raise
+            raise ConfigError(
+                f"a class path's module raised {type(e).__name__} as it was imported ({e}; {where}): fix that "
+                "module, or name another class"
+            ) from None
         finally:
             sys.argv = argv
         # checked here, before LightningCLI seeds: its "Seed set to N" line would come before an error line

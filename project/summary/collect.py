@@ -54,7 +54,8 @@ class Run:
             return self.experiment
         if self.results and key in self.results:
             return self.results[key]
-        return self.config.get(ruling_key(resolve_key(key, self.config), self.config))
+        resolved = resolve_key(key, self.config)
+        return self.config.get(ruling_key(resolved, self.config) if key == "lr" else resolved)
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -85,9 +86,10 @@ def resolve_key(key: str, config: dict[str, Any]) -> str:
 
 
 def ruling_key(key: str, config: dict[str, Any]) -> str:
-    """The key whose value the run trained with in place of ``key``: ``model.lr_scheduler.max_lr`` for the
-    optimizer's ``lr`` under ``OneCycleLR``, which sets every step's rate from ``max_lr`` (the project refuses an
-    optimizer ``lr`` that differs: :func:`project.cli.checks.check_scheduler_shadows`); else ``key``."""
+    """The key whose value the run trained with in place of ``key`` (asked for by the short name ``lr``; a full key
+    is taken as written): ``model.lr_scheduler.max_lr`` for the optimizer's ``lr`` under ``OneCycleLR``, which
+    sets every step's rate from ``max_lr`` (the project refuses an optimizer ``lr`` that differs:
+    :func:`project.cli.checks.check_scheduler_shadows`); else ``key``."""
     scheduler = str(config.get("model.lr_scheduler", ""))
     if key == "model.optimizer.lr" and scheduler.endswith(".OneCycleLR") and "model.lr_scheduler.max_lr" in config:
         return "model.lr_scheduler.max_lr"

@@ -87,7 +87,10 @@ def test_a_run_config_that_says_nothing_skips_the_schedule_check_with_a_warning(
     [
         (["--seed_everything", "7"], "seed_everything 42 -> 7); resume with the run's own seed_everything: 42"),
         (["--data.val_size", "99"], "data.val_size 100 -> 99); resume with the run's own data.val_size: 100"),
-        (["--data.folds", "3", "--data.val_size", "null"], "data.folds None -> 3"),
+        (
+            ["--data.folds", "3", "--data.val_size", "null"],
+            "data.folds null -> 3); resume with the run's own data.folds: null",
+        ),
     ],
     ids=["seed", "val_size", "folds"],
 )

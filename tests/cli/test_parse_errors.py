@@ -138,3 +138,43 @@ def test_a_value_error_jsonargparse_raises_while_parsing_is_a_bad_config():
     assert _exit_status(info.value, parsing=True) == 2
     assert _exit_status(info.value, parsing=False) is None
     assert _exit_status(ValueError("Does not validate against any of the Union subtypes"), parsing=True) is None
+
+
+@pytest.mark.parametrize(
+    ("source", "key", "line"),
+    [
+        (
+            "def f(:\n",
+            "--model.optimizer",
+            "a class path's module raised SyntaxError as it was imported (invalid syntax",
+        ),
+        ("raise RuntimeError('boom')\n", "--model.optimizer", "a class path's module raised RuntimeError as it was "),
+        ("raise RuntimeError('boom')\n", "--model.net", "model.net: importing {pkg}.Net failed: boom; fix that module"),
+        (
+            "import not_installed_xyz\n",
+            "--model.net",
+            "model.net: importing {pkg}.Net failed: it imports not_installed_xyz (No module named "
+            "'not_installed_xyz'): install not_installed_xyz",
+        ),
+    ],
+    ids=["syntax-optimizer", "raises-optimizer", "raises-net", "missing-dependency-net"],
+)
+def test_a_class_path_whose_module_fails_to_import_is_one_line_naming_it(
+    source, key, line, tmp_path, monkeypatch, capsys
+):
+    """A user's package that is there but fails as it is imported: one ``error:`` line with what it raised and
+    where (a ``--model.optimizer`` path's error once escaped the parser as a traceback, exit 1), not "invalid
+    value" or advice to install the package that is there."""
+    from project.fit import main
+
+    pkg = f"userpkg_{key[8:11]}_{abs(hash(source)) % 10**6}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert main([*BASE, key, f"{pkg}.{'Net' if key == '--model.net' else 'Opt'}"]) == 2
+    (err,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert err.startswith(f"error: {line.format(pkg=pkg)}"), err
+    if "optimizer" in key:
+        assert f"{tmp_path / pkg / '__init__.py'}, line 1" in err
+    assert not (tmp_path / "logs").exists()

@@ -36,3 +36,13 @@ def test_by_lr_is_the_rate_that_rules_each_run(tmp_path, capsys):
     assert summarize.main([str(logs), "--by", "lr", "--format", "csv", "--no_plots"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert sorted((r["group"], r["n"]) for r in rows) == [("lr=0.0050", "1"), ("lr=0.0200", "2"), ("lr=0.0500", "1")]
+
+
+def test_the_full_key_is_taken_as_written(tmp_path, capsys):
+    """``--by model.optimizer.lr`` groups by what the configs hold, the optimizer's own (unused) default."""
+    logs = tmp_path / "logs"
+    lr_run(logs, 0, 0.80, None, 0.02)
+    lr_run(logs, 1, 0.70, None, 0.005)
+    assert summarize.main([str(logs), "--by", "model.optimizer.lr", "--format", "csv", "--no_plots"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["group"], r["n"]) for r in rows] == [("model.optimizer.lr=0.0010", "2")]
