@@ -10,6 +10,7 @@ do, and :meth:`CheckpointGate.hand_to` gives the checked dict to the run's check
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,13 +134,9 @@ class CheckpointGate:
         if changed:
             # data.seed is not set by hand: it follows seed_everything (ProjectCLI links them), so name that key.
             names = {k: "seed_everything" if k == "seed" else f"data.{k}" for k, _, _ in changed}
-            written = {None: "null", True: "true", False: "false"}  # as a command line or YAML writes them
-
-            def as_written(v: Any) -> str:
-                return written[v] if v is None or isinstance(v, bool) else repr(v)
-
-            what = ", ".join(f"{names[k]} {as_written(a)} -> {as_written(b)}" for k, a, b in changed)
-            own = ", ".join(f"{names[k]}: {as_written(a)}" for k, a, _ in changed)
+            # the values as a command line or YAML writes them (null, not None): JSON's scalars
+            what = ", ".join(f"{names[k]} {json.dumps(a)} -> {json.dumps(b)}" for k, a, b in changed)
+            own = ", ".join(f"{names[k]}: {json.dumps(a)}" for k, a, _ in changed)
             raise ConfigError(
                 f"ckpt_path: the run was validating on other images ({what}); resume with the run's own {own}, "
                 "or start a new run (drop --ckpt_path)"

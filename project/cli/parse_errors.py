@@ -81,8 +81,13 @@ _GIVEN = re.compile(r"^\s*Given value: (\S+)$", re.MULTILINE)
 _UNION_REASON = re.compile(
     r"^\s*- (?!Expected a typing\.Literal)(?:Type .* expects a function or a callable class: )?(.+)$", re.MULTILINE
 )
-_NOT_RAISED = ("Expected", "Unexpected import object", "module '", "No module named")
+_NOT_RAISED = ("Expected", "Unexpected import object")  # (a missing module or name returned before)
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*")
+
+
+def _found(pattern: re.Pattern[str], chain: list[BaseException]) -> re.Match[str] | None:
+    """The first match of ``pattern`` in the messages of ``chain``, outermost first."""
+    return next((m for e in chain if (m := pattern.search(str(e)))), None)
 
 
 def _said(error: BaseException) -> _Said:
@@ -133,25 +138,24 @@ def _explain(error: BaseException) -> str:
     keys = [s.key for e, s in zip(chain, said) if isinstance(e, TypeError) and s.key and s.key != "init_args"]
     cls = next((s.class_path for s in reversed(said) if s.class_path), None)
     root, why = chain[-1], said[-1]
-    missing = next((m for e in chain if (m := _NO_MODULE.search(str(e)))), None)
-    given = next((m.group(1) for e in chain if (m := _GIVEN.search(str(e)))), None)
-    if missing and keys and not isinstance(error, UserError):  # a class path whose package Python cannot find
-        module = missing.group(1)
-        if given and given.split(".")[0] != module.split(".")[0]:  # the named package imports one that is missing
-            return (
-                f"{'.'.join(keys)}: importing {given} failed: it imports {module} ({missing.group(0)}): install "
-                f"{module}, or put the folder that holds it on PYTHONPATH"
-            )
-        return (
-            f"{'.'.join(keys)}: cannot import {module} ({missing.group(0)}): install the package that "
-            "holds it, or put the folder that holds it on PYTHONPATH"
-        )
-    absent = next((m for e in chain if (m := _NO_ATTRIBUTE.search(str(e)))), None)
-    if absent and keys and not isinstance(error, UserError):  # the module imports, the name is not in it
-        return f"{'.'.join(keys)}: {absent.group(0)}"
     if not keys or isinstance(error, UserError):
         return _first_line(root if isinstance(root, KeyError) else error)
     key = ".".join(keys)
+    missing, given = _found(_NO_MODULE, chain), _found(_GIVEN, chain)
+    if missing:  # a class path whose package Python cannot find
+        module = missing.group(1)
+        if given and given.group(1).split(".")[0] != module.split(".")[0]:  # the named package imports a missing one
+            return (
+                f"{key}: importing {given.group(1)} failed: it imports {module} ({missing.group(0)}): install "
+                f"{module}, or put the folder that holds it on PYTHONPATH"
+            )
+        return (
+            f"{key}: cannot import {module} ({missing.group(0)}): install the package that "
+            "holds it, or put the folder that holds it on PYTHONPATH"
+        )
+    absent = _found(_NO_ATTRIBUTE, chain)
+    if absent:  # the module imports, the name is not in it
+        return f"{key}: {absent.group(0)}"
     if isinstance(root, KeyError):  # a misspelled init argument of a class given by class_path
         if why.option and cls:
             return f"{key}.{why.option}: {cls} has no such option (its options: --{key}.help {cls})"
@@ -159,10 +163,11 @@ def _explain(error: BaseException) -> str:
     parser = next((e.parser for e in chain if isinstance(e, ParseError)), None)
     declared = _declared_type(parser, keys, cls)
     options = typing.get_args(declared) if _is_union(declared) else (declared,)
-    raised = next((m.group(1) for e in chain if (m := _UNION_REASON.search(str(e)))), None)
+    raised = _found(_UNION_REASON, chain)
     takes_class = any(typing.get_origin(o) is abc.Callable for o in options)  # model.net: a name or a class path
-    if takes_class and raised and given and _DOTTED.fullmatch(given) and not raised.startswith(_NOT_RAISED):
-        return f"{key}: importing {given} failed: {raised}; fix that module, or name another class"
+    reason, path = raised and raised.group(1), given and given.group(1)
+    if takes_class and reason and path and _DOTTED.fullmatch(path) and not reason.startswith(_NOT_RAISED):
+        return f"{key}: importing {path} failed: {reason}; fix that module, or name another class"
     if any(_is_restricted(o) for o in options):  # a restricted type's own check refused it: its name and rule
         if why.rule:
             return f"{key}: {why.given} is not a {_type_words(declared)} (needs {why.rule})"

@@ -38,7 +38,7 @@ from torchvision import transforms as T
 from project.adapters import to_builtin
 from project.data import loaders
 from project.data.archives import FIX, created_dirs, download_with_torchvision, preparation_lock
-from project.data.folds import fold_split
+from project.data.folds import fold_split, holdout_split
 from project.data.images import ImageFiles, image_files
 from project.data.memory import EpochBatches
 from project.data.resume import ResumableLoader, batches_done
@@ -246,14 +246,8 @@ class VisionDataModule(L.LightningDataModule):
         if self.hparams.folds is not None:
             self.split = fold_split(self.labels(), self.hparams.folds, self.hparams.fold, self.hparams.seed)
         else:
-            val_size = self.hparams.val_size
-            if val_size >= n:
-                raise ConfigError(
-                    f"data.val_size: {val_size} must be smaller than the {n} training images; set --data.val_size "
-                    f"below {n} (e.g. {max(n // 10, 1)}, a tenth)"
-                )
-            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
-            self.split = (perm[val_size:], perm[:val_size])
+            fix = f"set --data.val_size below {n} (e.g. {max(n // 10, 1)}, a tenth)"
+            self.split = holdout_split(n, self.hparams.val_size, self.hparams.seed, "training images", fix)
         if self.stats_from_data and not self._stats_loaded:
             self.mean, self.std = loaders.pixel_statistics(self.train_set.data, self.split[0])
         if self.stats_from_data:

@@ -58,7 +58,7 @@ from torchvision import transforms as T
 
 from project.adapters import to_builtin
 from project.data.base import DEFAULT_DATA_DIR, VisionDataModule
-from project.data.folds import fold_split
+from project.data.folds import fold_split, holdout_split
 from project.data.images import IMAGE_SUFFIXES, load_images
 from project.errors import ConfigError, DataError, UserError
 
@@ -433,14 +433,10 @@ class ImageFolderDataModule(VisionDataModule):
             if hp.folds is not None:
                 self.split = fold_split(torch.as_tensor(targets), hp.folds, hp.fold, hp.seed)
             else:
-                val_size = hp.val_size if hp.val_size is not None else max(n // 10, 1)  # unset: a tenth of train/
-                if val_size >= n:
-                    raise ConfigError(
-                        f"data.val_size: {val_size} must be smaller than the {n} images of train/; set "
-                        f"--data.val_size below {n}, or drop it for a tenth ({max(n // 10, 1)})"
-                    )
-                perm = torch.randperm(n, generator=torch.Generator().manual_seed(hp.seed))
-                self.split = (perm[val_size:], perm[:val_size])
+                tenth = max(n // 10, 1)
+                val_size = hp.val_size if hp.val_size is not None else tenth  # unset: a tenth of train/
+                fix = f"set --data.val_size below {n}, or drop it for a tenth ({tenth})"
+                self.split = holdout_split(n, val_size, hp.seed, "images of train/", fix)
                 self.split_off = val_size
             hp.val_size = len(self.split[1])
         pixels = torch.from_numpy(images[self.split[0].numpy()]).to(torch.float64) / 255

@@ -60,6 +60,19 @@ def fold_ids(labels: torch.Tensor, folds: int, seed: int) -> torch.Tensor:
     return ids
 
 
+def holdout_split(n: int, val_size: int, seed: int, images: str, fix: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(train, val)`` indices into a training set of ``n`` images: ``val_size`` drawn at random by a
+    ``torch.Generator`` seeded with ``seed`` (the same on every rank and every resume), the rest to train.
+
+    Raises:
+        ConfigError: ``val_size`` not smaller than ``n`` (``images`` names the set, ``fix`` what to do).
+    """
+    if val_size >= n:
+        raise ConfigError(f"data.val_size: {val_size} must be smaller than the {n} {images}; {fix}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return perm[val_size:], perm[:val_size]
+
+
 def fold_split(labels: torch.Tensor, folds: int, fold: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(train, val)`` indices into the training set for fold ``fold`` of ``folds`` (:func:`fold_ids`): int64,
     ascending; ``val`` is fold ``fold``, ``train`` the other ``folds - 1`` folds.
